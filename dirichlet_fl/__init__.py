@@ -1,0 +1,1 @@
+"""Data sets, non-IID partitions, models and command-line tools for Dirichlet-mechanism federated learning."""

@@ -1,0 +1,181 @@
+"""The run configuration: read once from Flower's run config into a typed, validated dataclass.
+
+Keys are kebab-case in pyproject.toml's [tool.flwr.app.config] and in `flwr run . --run-config`;
+fields here are their snake_case twins. Every invalid value raises a ValueError that names the key,
+the value and the valid range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+from privacy.mechanisms import MECHANISMS
+
+OPTIMIZERS = ("sgd", "adam")
+PARTITIONERS = ("iid", "dirichlet", "pathological", "natural")
+AUGMENT_CHOICES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one federated run needs. Defaults are the embedded digits job of README.md."""
+
+    num_server_rounds: int = 5
+    calibration_rounds: int = 0
+    fraction_train: float = 1.0
+    fraction_evaluate: float = 1.0
+    seed: int = 0
+    dataset: str = "digits"
+    data_root: str = "data"
+    data_download: bool = False
+    partitioner: str = "dirichlet"
+    beta: float = 0.5
+    classes_per_client: int = 2
+    site_file: str = ""
+    model: str = "cnn"
+    allow_batch_norm: bool = False
+    augment: str = "auto"
+    mechanism: str = "dirichlet"
+    target_epsilon: float = 1.0
+    client_epsilons: str = ""
+    delta: float = 1e-5
+    alpha: float = 3.0
+    max_grad_norm: float = 1.0
+    batch_size: int = 8
+    local_epochs: float = 1.0
+    local_steps: int = 0
+    optimizer: str = "sgd"
+    learning_rate: float = 0.5
+    device: str = "auto"
+    results_dir: str = "results"
+    run_name: str = ""
+    audit: bool = False
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:
+        """Build from Flower's context.run_config (kebab-case keys); unknown keys are an error."""
+        known = {f.name.replace("_", "-"): f for f in fields(cls)}
+        unknown = sorted(set(run_config) - set(known))
+        if unknown:
+            raise ValueError(f"unknown run-config keys {unknown}; valid keys: {sorted(known)}")
+        values = {known[key].name: _coerce(key, value, known[key].type) for key, value in run_config.items()}
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def to_run_config(self) -> dict[str, Any]:
+        """The kebab-case mapping (what results/config.json stores and --run-config accepts)."""
+        return {key.replace("_", "-"): value for key, value in asdict(self).items()}
+
+    def validate(self) -> None:
+        _at_least("num-server-rounds", self.num_server_rounds, 1)
+        _at_least("calibration-rounds", self.calibration_rounds, 0)
+        _in_half_open("fraction-train", self.fraction_train)
+        _in_range("fraction-evaluate", self.fraction_evaluate, 0.0, 1.0)
+        _choice("partitioner", self.partitioner, PARTITIONERS)
+        _positive("beta", self.beta)
+        _at_least("classes-per-client", self.classes_per_client, 1)
+        if self.partitioner == "natural" and not self.site_file:
+            raise ValueError("partitioner='natural' needs site-file: a CSV with columns index,site")
+        _choice("augment", self.augment, AUGMENT_CHOICES)
+        _choice("mechanism", self.mechanism, MECHANISMS)
+        _positive("target-epsilon", self.target_epsilon)
+        self.client_epsilon_list()
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta={self.delta!r} is out of range: it must lie in (0, 1)")
+        _positive("alpha", self.alpha)
+        _positive("max-grad-norm", self.max_grad_norm)
+        _at_least("batch-size", self.batch_size, 1)
+        _positive("local-epochs", self.local_epochs)
+        _at_least("local-steps", self.local_steps, 0)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _positive("learning-rate", self.learning_rate)
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise ValueError(f"device={self.device!r} is invalid: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+    @property
+    def budget_rounds(self) -> int:
+        """Rounds each client plans its budget for: calibration-rounds, or (0) every server round.
+
+        A client calibrated for fewer rounds than the run has uses a larger r and refuses to
+        train once its budget is spent."""
+        return self.calibration_rounds or self.num_server_rounds
+
+    def client_epsilon_list(self) -> list[float]:
+        """Per-client targets from client-epsilons ("1.0,2.0,..."; entry i is partition i), or []."""
+        if not self.client_epsilons.strip():
+            return []
+        try:
+            values = [float(item) for item in self.client_epsilons.split(",")]
+        except ValueError:
+            raise ValueError(
+                f"client-epsilons={self.client_epsilons!r} is invalid: give comma-separated numbers, one per client"
+            ) from None
+        for i, value in enumerate(values):
+            _positive(f"client-epsilons[{i}]", value)
+        return values
+
+    def target_epsilon_for(self, partition_id: int, num_partitions: int) -> float:
+        """This client's budget: its entry of client-epsilons if given, else target-epsilon."""
+        per_client = self.client_epsilon_list()
+        if not per_client:
+            return self.target_epsilon
+        if len(per_client) != num_partitions:
+            raise ValueError(
+                f"client-epsilons has {len(per_client)} entries but the federation has {num_partitions} "
+                f"clients: give exactly one target per client"
+            )
+        return per_client[partition_id]
+
+    def local_steps_per_round(self, sample_rate: float) -> int:
+        """local-steps if set, else local-epochs / q (an epoch of Poisson sampling is 1/q steps)."""
+        return self.local_steps if self.local_steps > 0 else max(1, round(self.local_epochs / sample_rate))
+
+
+def _coerce(key: str, value: Any, annotation: str) -> Any:
+    """Convert a TOML / --run-config value to the field's type, naming the key when it cannot."""
+    kind = {"int": int, "float": float, "bool": bool, "str": str}[annotation]
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ValueError(f"{key}={value!r} is invalid: use true or false")
+    if kind is str:
+        return str(value)
+    if isinstance(value, bool):
+        raise ValueError(f"{key}={value!r} is invalid: expected a number")
+    try:
+        converted = kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}={value!r} is invalid: expected {annotation}") from None
+    if kind is int and converted != float(value):
+        raise ValueError(f"{key}={value!r} is invalid: expected an integer")
+    return converted
+
+
+def _positive(key: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{key}={value!r} is out of range: it must be a finite number > 0")
+
+
+def _at_least(key: str, value: int, low: int) -> None:
+    if value < low:
+        raise ValueError(f"{key}={value!r} is out of range: it must be an integer >= {low}")
+
+
+def _in_half_open(key: str, value: float) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{key}={value!r} is out of range: it must lie in (0, 1]")
+
+
+def _in_range(key: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{key}={value!r} is out of range: it must lie in [{low:g}, {high:g}]")
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{key}={value!r} is invalid: choose one of {', '.join(choices)}")

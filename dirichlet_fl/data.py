@@ -1,0 +1,401 @@
+"""Image data sets as normalised CPU tensors, read from their real on-disk formats.
+
+Each loader goes through the data set's own reader (torchvision's dataset classes, medmnist's classes,
+the IDX format, scikit-learn's embedded digits) and returns an `ImageData`: float32 N x C x H x W
+tensors normalised per channel with the training split's mean and standard deviation, int64 labels.
+Loading is offline unless `download=True`: a missing file raises FileNotFoundError naming the file,
+the directory it belongs in and how to fetch it. Tensors stay on the CPU; the client moves them to
+its device once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import medmnist
+import numpy as np
+import torch
+import torch.nn.functional as F
+from medmnist.dataset import MedMNIST2D
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import Tensor
+from torchvision.datasets import CIFAR10, MNIST, SVHN, FashionMNIST
+from torchvision.datasets.utils import extract_archive
+
+DEFAULT_DATA_ROOT = Path.home() / ".cache" / "dirichlet-fl" / "data"
+SPLIT_SEED = 0
+"""Seed of the stratified 80/20 train/test splits made here (digits, and mnist-idx with t10k files only)."""
+TEST_FRACTION = 0.2
+AUGMENTED_BY_DEFAULT = frozenset({"cifar10", "svhn"})
+"""Data sets trained with random crop + horizontal flip unless the run says otherwise."""
+
+MEDMNIST_SIZES = tuple(MedMNIST2D.available_sizes)
+MEDMNIST_TASKS = ("multi-class", "binary-class")
+"""MedMNIST tasks with one class label per example: the only ones a softmax over classes can learn."""
+MEDMNIST_2D = tuple(
+    sorted(
+        flag
+        for flag, info in medmnist.INFO.items()
+        if issubclass(getattr(medmnist, info["python_class"]), MedMNIST2D)
+    )
+)
+TORCHVISION_MNIST = {"mnist": MNIST, "fashionmnist": FashionMNIST}
+DATASETS = (
+    "digits",
+    "mnist-idx",
+    "mnist",
+    "fashionmnist",
+    "cifar10",
+    "svhn",
+    *(flag for flag in MEDMNIST_2D if medmnist.INFO[flag]["task"] in MEDMNIST_TASKS),
+)
+"""Every name `load_dataset` accepts."""
+
+Split = tuple[np.ndarray, np.ndarray]
+"""(images N x C x H x W, labels N) as read from disk, before scaling and normalisation."""
+
+
+@dataclass(frozen=True, eq=False)
+class ImageData:
+    """A labelled image data set: normalised float32 N x C x H x W images and int64 labels per split.
+
+    `val_x`/`val_y` are None when the data set has no validation split. Equality is identity
+    (eq=False): comparing tensors element-wise has no single truth value.
+    """
+
+    name: str
+    train_x: Tensor
+    train_y: Tensor
+    test_x: Tensor
+    test_y: Tensor
+    num_classes: int
+    class_names: tuple[str, ...]
+    val_x: Tensor | None = None
+    val_y: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        """Reject tensors of the wrong type or shape, and labels outside [0, num_classes)."""
+        if (self.val_x is None) != (self.val_y is None):
+            raise ValueError("val_x and val_y must both be tensors or both be None")
+        if len(self.class_names) != self.num_classes:
+            raise ValueError(
+                f"class_names has {len(self.class_names)} entries; num_classes={self.num_classes}"
+            )
+        if self.train_x.ndim != 4 or self.train_x.shape[2] != self.train_x.shape[3]:
+            raise ValueError(f"train_x must be N x C x H x W with H == W, got {tuple(self.train_x.shape)}")
+        for split, (x, y) in self.splits().items():
+            _check_split(split, x, y, tuple(self.train_x.shape[1:]), self.num_classes)
+
+    def splits(self) -> dict[str, tuple[Tensor, Tensor]]:
+        """The present splits by name ("train", "val" when present, "test")."""
+        splits = {"train": (self.train_x, self.train_y), "test": (self.test_x, self.test_y)}
+        if self.val_x is not None and self.val_y is not None:
+            splits["val"] = (self.val_x, self.val_y)
+        return splits
+
+    @property
+    def in_channels(self) -> int:
+        """Number of image channels C."""
+        return int(self.train_x.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        """Side length of the square images, in pixels."""
+        return int(self.train_x.shape[-1])
+
+
+def _check_split(split: str, x: Tensor, y: Tensor, image_shape: tuple[int, ...], num_classes: int) -> None:
+    """Raise ValueError unless one split has float32 images of `image_shape` and matching int64 labels."""
+    if x.dtype != torch.float32 or tuple(x.shape[1:]) != image_shape:
+        raise ValueError(
+            f"{split}_x must be float32 N x {' x '.join(map(str, image_shape))}, "
+            f"got {x.dtype} {tuple(x.shape)}"
+        )
+    if y.dtype != torch.int64 or y.shape != (x.shape[0],):
+        raise ValueError(f"{split}_y must be int64 of shape ({x.shape[0]},), got {y.dtype} {tuple(y.shape)}")
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise ValueError(
+            f"{split}_y has labels in [{int(y.min())}, {int(y.max())}]; valid range is [0, {num_classes - 1}]"
+        )
+
+
+def load_dataset(
+    name: str, data_root: str | None = None, *, download: bool = False, size: int = 28
+) -> ImageData:
+    """Load data set `name` (see DATASETS) from `data_root` (default DEFAULT_DATA_ROOT).
+
+    Layouts under data_root are the readers' own: torchvision's `MNIST/raw/`, `FashionMNIST/raw/`,
+    `cifar-10-batches-py/`, SVHN's `train_32x32.mat`/`test_32x32.mat`, medmnist's `<flag>[_size].npz`;
+    for `mnist-idx`, data_root is the folder holding the IDX files. `size` picks a MedMNIST resolution
+    (28, 64, 128 or 224); the other sets have one native size and accept only the default.
+    """
+    key = name.lower()
+    root = Path(data_root).expanduser() if data_root is not None else DEFAULT_DATA_ROOT
+    if key in MEDMNIST_2D:
+        return _load_medmnist(key, root, download, size)
+    if key not in DATASETS:
+        raise ValueError(f"dataset={name!r} is unknown; valid names: {', '.join(DATASETS)}")
+    if size != 28:
+        raise ValueError(
+            f"size={size} applies to MedMNIST sets only; {key} has one native size, leave size at 28"
+        )
+    if key == "digits":
+        return _load_digits()
+    if key == "mnist-idx":
+        return _load_mnist_idx(root, download)
+    if key in TORCHVISION_MNIST:
+        return _load_torchvision_mnist(key, root, download)
+    if key == "cifar10":
+        return _load_cifar10(root, download)
+    return _load_svhn(root, download)
+
+
+def _to_image_data(
+    name: str, splits: dict[str, Split], class_names: tuple[str, ...], scale: float
+) -> ImageData:
+    """Scale pixel values by 1/scale and normalise every split with the training split's channel statistics."""
+    tensors = {
+        split: (torch.tensor(x, dtype=torch.float32).div_(scale), torch.tensor(y, dtype=torch.int64).reshape(-1))
+        for split, (x, y) in splits.items()
+    }
+    std, mean = torch.std_mean(tensors["train"][0], dim=(0, 2, 3), correction=0)
+    std = torch.where(std > 0, std, torch.ones_like(std))
+    for x, _ in tensors.values():
+        x.sub_(mean[:, None, None]).div_(std[:, None, None])
+    val_x, val_y = tensors.get("val", (None, None))
+    return ImageData(
+        name=name,
+        train_x=tensors["train"][0],
+        train_y=tensors["train"][1],
+        test_x=tensors["test"][0],
+        test_y=tensors["test"][1],
+        num_classes=len(class_names),
+        class_names=class_names,
+        val_x=val_x,
+        val_y=val_y,
+    )
+
+
+def _stratified_split(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of a stratified TEST_FRACTION hold-out split with the fixed SPLIT_SEED, each sorted."""
+    train, test = train_test_split(
+        np.arange(len(labels)), test_size=TEST_FRACTION, stratify=labels, random_state=SPLIT_SEED
+    )
+    return np.sort(train), np.sort(test)
+
+
+def _missing_file(name: str, path: Path, alternative: str | None = None) -> FileNotFoundError:
+    """The error for an absent data file: which file, which directory, and how to get it."""
+    also = f" (or '{alternative}')" if alternative else ""
+    return FileNotFoundError(
+        f"{name}: missing file '{path.name}'{also} in directory '{path.parent}'. Put the official file "
+        f"there, or fetch it with download=True (run config data-download=true, CLI --download)."
+    )
+
+
+def _load_digits() -> ImageData:
+    """scikit-learn's embedded 8x8 digits (values 0..16), split 80/20 stratified with SPLIT_SEED."""
+    bunch = load_digits()
+    images, labels = bunch.images[:, None], bunch.target
+    train, test = _stratified_split(labels)
+    splits = {"train": (images[train], labels[train]), "test": (images[test], labels[test])}
+    return _to_image_data("digits", splits, tuple(str(c) for c in bunch.target_names), 16.0)
+
+
+def _find_idx(folder: Path, stem: str) -> Path | None:
+    """The IDX file `stem` in `folder`, uncompressed or gzip-compressed, or None."""
+    for path in (folder / stem, folder / f"{stem}.gz"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """Read an unsigned-byte IDX file (MNIST's format), gzip-compressed when its name ends in .gz."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        data = handle.read()
+    if len(data) < 4 or data[:3] != b"\x00\x00\x08":
+        raise ValueError(f"{path}: not an unsigned-byte IDX file (magic number {data[:4].hex()}, expected 000008xx)")
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != math.prod(shape):
+        raise ValueError(f"{path}: header announces {shape} = {math.prod(shape)} bytes, file holds {body.size}")
+    return body.reshape(shape)
+
+
+def _read_idx_pair(folder: Path, prefix: str) -> Split:
+    """Images (as N x 1 x H x W) and labels of the IDX pair `<prefix>-images-idx3-ubyte[.gz]`, `<prefix>-labels-...`."""
+    arrays = []
+    for stem in (f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"):
+        path = _find_idx(folder, stem)
+        if path is None:
+            raise FileNotFoundError(
+                f"mnist-idx: missing file '{stem}' (or '{stem}.gz') in directory '{folder}'. Put the MNIST "
+                f"IDX files there (the t10k pair alone is enough: it is then split 80/20), or use dataset "
+                f"'mnist' with download=True (run config data-download=true, CLI --download)."
+            )
+        arrays.append(_read_idx(path))
+    images, labels = arrays
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        raise ValueError(
+            f"mnist-idx: {prefix} images {images.shape} and labels {labels.shape} in '{folder}' do not pair up"
+        )
+    return images[:, None], labels
+
+
+def _load_mnist_idx(folder: Path, download: bool) -> ImageData:
+    """MNIST IDX files in `folder`; with only the t10k pair, a stratified 80/20 split of it."""
+    if download:
+        raise ValueError("download=True: mnist-idx reads local IDX files only; use dataset 'mnist' to download")
+    test = _read_idx_pair(folder, "t10k")
+    has_train = any(_find_idx(folder, f"train-{kind}") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte"))
+    if has_train:
+        splits = {"train": _read_idx_pair(folder, "train"), "test": test}
+    else:
+        train, held_out = _stratified_split(test[1])
+        splits = {"train": (test[0][train], test[1][train]), "test": (test[0][held_out], test[1][held_out])}
+    return _to_image_data("mnist-idx", splits, tuple(str(d) for d in range(10)), 255.0)
+
+
+def _ensure_decompressed(name: str, path: Path) -> None:
+    """Make the uncompressed IDX file torchvision's MNIST reads exist, from its official .gz if needed.
+
+    torchvision's download leaves both `X.gz` and the decompressed `X` in `<root>/<Class>/raw`, and its
+    reader opens only `X`; decompressing an official `X.gz` the same way lets a copied .gz load too.
+    """
+    if path.is_file():
+        return
+    archive = path.with_name(f"{path.name}.gz")
+    if not archive.is_file():
+        raise _missing_file(name, path, archive.name)
+    extract_archive(str(archive), str(path.parent))
+
+
+def _load_torchvision_mnist(key: str, root: Path, download: bool) -> ImageData:
+    """MNIST or FashionMNIST through torchvision's class, from `<root>/<Class>/raw/`."""
+    cls = TORCHVISION_MNIST[key]
+    if download:
+        cls(str(root), train=True, download=True)
+    for resource, _ in cls.resources:
+        _ensure_decompressed(key, root / cls.__name__ / "raw" / Path(resource).name.removesuffix(".gz"))
+    train, test = cls(str(root), train=True), cls(str(root), train=False)
+    splits = {
+        "train": (train.data.numpy()[:, None], train.targets.numpy()),
+        "test": (test.data.numpy()[:, None], test.targets.numpy()),
+    }
+    return _to_image_data(key, splits, tuple(cls.classes), 255.0)
+
+
+class _CIFAR10Files(CIFAR10):
+    """torchvision's CIFAR10 reader with its md5 check of LOCAL files replaced by an existence check.
+
+    Why: torchvision refuses any batch file whose md5 differs from the official one, so files in the
+    official pickle format but with other content (test fixtures, re-packed copies) cannot load. This
+    override is the only change: the files are still parsed by torchvision's own code (a corrupt file
+    fails to unpickle or reshape), and `download=True` still verifies the downloaded archive's md5.
+    """
+
+    meta = {**CIFAR10.meta, "md5": None}
+
+    def _check_integrity(self) -> bool:
+        folder = Path(self.root) / self.base_folder
+        return all((folder / filename).is_file() for filename, _ in self.train_list + self.test_list)
+
+
+def _load_cifar10(root: Path, download: bool) -> ImageData:
+    """CIFAR10 from torchvision's `<root>/cifar-10-batches-py/` pickle batches."""
+    if download:
+        _CIFAR10Files(str(root), train=True, download=True)
+    folder = root / CIFAR10.base_folder
+    for filename, _ in CIFAR10.train_list + CIFAR10.test_list + [(CIFAR10.meta["filename"], None)]:
+        if not (folder / filename).is_file():
+            raise _missing_file("cifar10", folder / filename)
+    train, test = _CIFAR10Files(str(root), train=True), _CIFAR10Files(str(root), train=False)
+    splits = {
+        "train": (train.data.transpose(0, 3, 1, 2), np.asarray(train.targets)),
+        "test": (test.data.transpose(0, 3, 1, 2), np.asarray(test.targets)),
+    }
+    return _to_image_data("cifar10", splits, tuple(train.classes), 255.0)
+
+
+class _SVHNFiles(SVHN):
+    """torchvision's SVHN reader with its md5 check of the LOCAL .mat file replaced by an existence check.
+
+    Same reason and scope as `_CIFAR10Files`: the .mat is still read by torchvision's code (scipy), and
+    `download=True` still verifies the downloaded file's md5.
+    """
+
+    def _check_integrity(self) -> bool:
+        return (Path(self.root) / self.filename).is_file()
+
+
+def _load_svhn(root: Path, download: bool) -> ImageData:
+    """SVHN (cropped digits) from torchvision's `<root>/train_32x32.mat` and `<root>/test_32x32.mat`."""
+    splits = {}
+    for split in ("train", "test"):
+        if download:
+            _SVHNFiles(str(root), split=split, download=True)
+        path = root / SVHN.split_list[split][1]
+        if not path.is_file():
+            raise _missing_file("svhn", path)
+        dataset = _SVHNFiles(str(root), split=split)
+        splits[split] = (dataset.data, dataset.labels)
+    return _to_image_data("svhn", splits, tuple(str(d) for d in range(10)), 255.0)
+
+
+def _load_medmnist(flag: str, root: Path, download: bool, size: int) -> ImageData:
+    """A 2D MedMNIST set through medmnist's own class, from `<root>/<flag>[_<size>].npz`, with its val split."""
+    info = medmnist.INFO[flag]
+    if info["task"] not in MEDMNIST_TASKS:
+        raise ValueError(
+            f"dataset={flag!r}: its MedMNIST task is '{info['task']}', but training here needs one class "
+            f"label per example ({' or '.join(MEDMNIST_TASKS)}); pick another MedMNIST set, e.g. dermamnist"
+        )
+    if size not in MEDMNIST_SIZES:
+        raise ValueError(f"size={size} is not a MedMNIST size; valid sizes: {', '.join(map(str, MEDMNIST_SIZES))}")
+    cls = getattr(medmnist, info["python_class"])
+    if download:
+        root.mkdir(parents=True, exist_ok=True)
+        cls(split="train", root=str(root), download=True, size=size)
+    path = root / f"{flag}{'' if size == 28 else f'_{size}'}.npz"
+    if not path.is_file():
+        raise _missing_file(flag, path)
+    splits = {split: _medmnist_split(cls(split=split, root=str(root), size=size)) for split in ("train", "val", "test")}
+    class_names = tuple(info["label"][str(i)] for i in range(len(info["label"])))
+    return _to_image_data(flag, splits, class_names, 255.0)
+
+
+def _medmnist_split(dataset: MedMNIST2D) -> Split:
+    """Images as N x C x H x W and labels flattened from medmnist's N x 1."""
+    images, labels = dataset.imgs, dataset.labels
+    if labels.ndim != 2 or labels.shape[1] != 1:
+        raise ValueError(f"{dataset.flag} {dataset.split}: expected labels of shape N x 1, got {labels.shape}")
+    images = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
+    return images, labels.reshape(-1)
+
+
+def random_crop_flip(x: Tensor, generator: torch.Generator, padding: int = 4) -> Tensor:
+    """Randomly crop each image of the batch `x` (N x C x H x W) from its zero-padded copy, and flip half.
+
+    One gather per axis for the whole batch, on x's device: no loop over examples. Random numbers are
+    drawn on `generator`'s device (give it x's device to avoid a small copy per batch).
+    """
+    if x.ndim != 4:
+        raise ValueError(f"x must be a batch N x C x H x W, got shape {tuple(x.shape)}")
+    if padding < 0:
+        raise ValueError(f"padding={padding} must be >= 0")
+    n, c, h, w = x.shape
+    offsets = torch.randint(0, 2 * padding + 1, (2, n), generator=generator, device=generator.device).to(x.device)
+    flips = torch.randint(0, 2, (n,), generator=generator, device=generator.device).to(x.device).bool()
+    padded = F.pad(x, (padding, padding, padding, padding))
+    rows = offsets[0, :, None] + torch.arange(h, device=x.device)
+    columns = torch.arange(w, device=x.device)
+    columns = torch.where(flips[:, None], columns.flip(0), columns) + offsets[1, :, None]
+    cropped = padded.gather(2, rows[:, None, :, None].expand(n, c, h, w + 2 * padding))
+    return cropped.gather(3, columns[:, None, None, :].expand(n, c, h, w))

@@ -1,0 +1,58 @@
+"""Run this Flower app on Flower's Ray simulation engine from Python, with run-config overrides.
+
+`flwr run .` is the way to run the app; this is the same engine in-process (what `flwr run` does
+inside its simulation process: fuse pyproject's config with the overrides, hand both apps the fused
+run config), for tests and benchmarks that need many runs without a detached SuperLink. It relies
+on flwr 1.42's `_run_simulation`, which is why flwr is pinned.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, RecordDict
+from flwr.common.config import get_fused_config_from_dir
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.simulation.run_simulation import _run_simulation
+from flwr.supercore.constant import NOOP_FEDERATION_ID
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+from flwr.supercore.telemetry import EventType
+
+APP_DIR = Path(__file__).resolve().parent.parent
+"""The Flower app: the project root holding pyproject.toml."""
+
+
+def simulate(
+    overrides: dict[str, Any],
+    num_supernodes: int,
+    num_cpus_per_client: float = 1.0,
+    num_gpus_per_client: float = 0.0,
+) -> None:
+    """Run one federation of `num_supernodes` clients with run-config `overrides` (kebab-case keys)."""
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    run = Run.create_empty(run_id=1)
+    run.override_config = dict(overrides)
+    run.primary_task_id = 1
+    run.federation_id = NOOP_FEDERATION_ID
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run.run_id, SUPERLINK_NODE_ID
+    run_config = get_fused_config_from_dir(APP_DIR, run.override_config)
+    context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
+    backend_config = {
+        "client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": num_gpus_per_client},
+        "init_args": {"logging_level": "ERROR", "log_to_driver": True},
+    }
+    _run_simulation(
+        num_supernodes=num_supernodes,
+        exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+        server_app_attr="server.server_app:app",
+        client_app_attr="client.client_app:app",
+        backend_config=backend_config,
+        app_dir=str(APP_DIR),
+        run=run,
+        server_app_context=context,
+        is_app=True,
+    )

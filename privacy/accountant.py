@@ -1,0 +1,176 @@
+"""One client's privacy ledger for the Dirichlet mechanism: composes the steps it actually ran.
+
+Shaped like Flower 1.42's `flwr.serverapp` PrivacyAccountant protocol (config, num_releases,
+compose(event, count), get_epsilon(delta), get_delta(epsilon), get_privacy_spent(delta),
+would_exceed(event, max_epsilon, count), state_dict / load_state_dict), with immutable event
+records and an explicit neighbouring relation as in Google's dp-accounting. The curve itself comes
+from privacy.analysis (Theorem 10); events with different (r, alpha, q) compose by adding their RDP
+curves on the orders admissible for all of them (Lemma 12).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from privacy.analysis import (
+    DEFAULT_MAX_ORDER,
+    PrivacyCurve,
+    check_in_open_interval,
+    check_positive,
+    rdp_to_epsilon,
+    subsampled_rdp,
+)
+
+NEIGHBOURING_RELATION = "add-or-remove-one"
+"""The only relation Theorem 10 is proved for: datasets differing by one example."""
+
+ACCOUNTING_METHOD = "rdp-dirichlet-theorem10"
+_STATE_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DirichletEvent:
+    """One step of Algorithm 1: a Poisson(q)-subsampled release of Dir(r s(f(x)) + alpha) per example."""
+
+    r: float
+    alpha: float
+    sample_rate: float
+
+    def __post_init__(self) -> None:
+        check_positive("alpha", self.alpha)
+        check_in_open_interval("r", self.r, 0.0, self.alpha)
+        check_in_open_interval("sample_rate", self.sample_rate, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class AccountantConfig:
+    """What a ledger reports against: its delta, its budget, and the neighbouring relation."""
+
+    target_delta: float
+    max_epsilon: float | None = None
+    neighbouring_relation: str = NEIGHBOURING_RELATION
+    max_order: int = DEFAULT_MAX_ORDER
+
+    def __post_init__(self) -> None:
+        check_in_open_interval("target_delta", self.target_delta, 0.0, 1.0)
+        if self.max_epsilon is not None:
+            check_positive("max_epsilon", self.max_epsilon)
+        if self.neighbouring_relation != NEIGHBOURING_RELATION:
+            raise ValueError(
+                f"neighbouring_relation={self.neighbouring_relation!r} is not supported: Theorem 10 "
+                f"is proved for {NEIGHBOURING_RELATION!r} only"
+            )
+        if self.max_order < 2:
+            raise ValueError(f"max_order={self.max_order!r} is out of range: it must be >= 2")
+
+
+@dataclass(frozen=True)
+class PrivacySpent:
+    """Cumulative spend: (epsilon, delta) at the best order, after num_releases steps."""
+
+    epsilon: float
+    delta: float
+    num_releases: int
+    accounting_method: str
+    optimal_order: int
+
+
+class DirichletAccountant:
+    """Composes DirichletEvents; never forgets or reorders what was composed."""
+
+    def __init__(self, config: AccountantConfig) -> None:
+        self._config = config
+        self._compositions: list[tuple[DirichletEvent, int]] = []
+
+    @property
+    def config(self) -> AccountantConfig:
+        return self._config
+
+    @property
+    def num_releases(self) -> int:
+        """Steps composed so far."""
+        return sum(count for _, count in self._compositions)
+
+    @property
+    def compositions(self) -> tuple[tuple[DirichletEvent, int], ...]:
+        return tuple(self._compositions)
+
+    def compose(self, event: DirichletEvent, count: int = 1) -> None:
+        """Record `count` steps of `event` (merged with the last record when identical)."""
+        _check_count(count)
+        if self._compositions and self._compositions[-1][0] == event:
+            self._compositions[-1] = (event, self._compositions[-1][1] + count)
+        else:
+            self._compositions.append((event, count))
+
+    def get_epsilon(self, delta: float) -> float:
+        return self.get_privacy_spent(delta).epsilon
+
+    def get_delta(self, epsilon: float) -> float:
+        """Smallest delta such that the ledger is (epsilon, delta)-DP (Lemma 13 solved for delta)."""
+        check_positive("epsilon", epsilon)
+        curve = _total_curve(self._compositions, self._config.max_order)
+        if curve.orders.size == 0:
+            return 0.0
+        lam = curve.orders.astype(np.float64)
+        log_delta = (lam - 1.0) * (curve.rdp + np.log((lam - 1.0) / lam) - epsilon) - np.log(lam)
+        return float(min(1.0, math.exp(min(0.0, float(np.min(log_delta))))))
+
+    def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
+        """(eps, delta) of everything composed; eps = 0 for an empty ledger."""
+        delta = self._config.target_delta if delta is None else check_in_open_interval("delta", delta, 0.0, 1.0)
+        if not self._compositions:
+            return PrivacySpent(0.0, delta, 0, ACCOUNTING_METHOD, 0)
+        spent = rdp_to_epsilon(_total_curve(self._compositions, self._config.max_order), delta)
+        return PrivacySpent(spent.epsilon, delta, self.num_releases, ACCOUNTING_METHOD, spent.order)
+
+    def would_exceed(self, event: DirichletEvent, max_epsilon: float | None = None, count: int = 1) -> bool:
+        """Whether composing `count` more steps of `event` would take eps above the limit (no mutation)."""
+        _check_count(count)
+        limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
+        if limit is None:
+            raise ValueError("max_epsilon must be given here or in AccountantConfig")
+        projected = self._compositions + [(event, count)]
+        spent = rdp_to_epsilon(_total_curve(projected, self._config.max_order), self._config.target_delta)
+        return spent.epsilon > limit
+
+    def state_dict(self) -> dict[str, object]:
+        """JSON-serialisable state: the config and the event ledger (the curve is rebuilt from it)."""
+        return {
+            "schema_version": _STATE_SCHEMA_VERSION,
+            "accounting_method": ACCOUNTING_METHOD,
+            "config": asdict(self._config),
+            "compositions": [{"event": asdict(event), "count": count} for event, count in self._compositions],
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore a state_dict(); refuses another schema, method or configuration."""
+        if state.get("schema_version") != _STATE_SCHEMA_VERSION:
+            raise ValueError(f"unsupported accountant state schema_version={state.get('schema_version')!r}")
+        if state.get("accounting_method") != ACCOUNTING_METHOD:
+            raise ValueError(f"accountant state is from {state.get('accounting_method')!r}, not {ACCOUNTING_METHOD!r}")
+        if AccountantConfig(**state["config"]) != self._config:
+            raise ValueError(f"accountant state config {state['config']} does not match {asdict(self._config)}")
+        compositions = [(DirichletEvent(**item["event"]), int(item["count"])) for item in state["compositions"]]
+        for _, count in compositions:
+            _check_count(count)
+        self._compositions = compositions
+
+
+def _check_count(count: int) -> None:
+    if isinstance(count, bool) or int(count) != count or count < 1:
+        raise ValueError(f"count={count!r} is out of range: it must be an integer >= 1")
+
+
+def _total_curve(compositions: list[tuple[DirichletEvent, int]], max_order: int) -> PrivacyCurve:
+    """Sum of count * per-step curve over the orders admissible for every event (Lemma 12)."""
+    curves = [(subsampled_rdp(e.r, e.alpha, e.sample_rate, max_order), count) for e, count in compositions]
+    top = min(int(curve.orders[-1]) if curve.orders.size else 1 for curve, _ in curves)
+    orders = np.arange(2, top + 1)
+    total = np.zeros(orders.size)
+    for curve, count in curves:
+        total += count * curve.rdp[: orders.size]
+    return PrivacyCurve(orders, total)

@@ -1,0 +1,269 @@
+"""Pure analysis of the Dirichlet mechanism's privacy (Theorem 10 of Rao et al., 2026). No state.
+
+Neighbouring relation: add/remove one training example (its input x; labels are public).
+What an eps from this module covers: the perturbed softmax outputs p ~ Dir(r s(f(x)) + alpha 1)
+that Algorithm 1 releases at each step, per example, for the inputs only. ../NOTES (section 3)
+and README.md explain why this is not a bound on what the trained weights leak.
+
+The per-step curve of one Poisson-subsampled application (sampling rate q) at integer order lam,
+2 <= lam < 1 + alpha / r (Theorem 10, with Lemma 9's e(j) = j r^2 psi'(alpha - (j - 1) r)):
+
+    rdp(lam) = 1/(lam-1) * log B(lam),
+    B(lam)   = (1-q)^(lam-1) (q lam - q + 1) + C(lam,2) q^2 (1-q)^(lam-2) exp(e(2))
+               + 3 sum_{j=3..lam} C(lam,j) (1-q)^(lam-j) q^j exp((j-1) e(j)).
+
+With P_j the Binomial(lam, q) probabilities, the first term is P_0 + P_1, so
+B - 1 = sum_{j>=2} P_j (w_j - 1) with w_2 = exp(e(2)) and w_j = 3 exp((j-1) e(j)): every term is
+positive, which keeps tiny q free of cancellation. Everything is evaluated in log space for all
+orders at once. T steps compose additively (Lemma 12); (eps, delta) follows from Canonne et al.
+2020 (Lemma 13): eps = rdp + log(lam-1) - (log(delta) + lam log(lam)) / (lam-1), minimised over lam.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.special import gammaln, logsumexp, polygamma
+from scipy.stats import binom
+
+DEFAULT_MAX_ORDER = 4096
+"""Largest RDP order evaluated. Larger orders only matter for r < alpha / 4095 (targets near the floor);
+leaving them out can only overstate eps, never understate it."""
+
+LOG_THREE = math.log(3.0)
+
+
+class UnreachableEpsilonError(ValueError):
+    """The target eps lies at or below the r -> 0 floor of Theorem 10 for this (q, T, delta)."""
+
+    def __init__(self, target_epsilon: float, floor: float, sample_rate: float, steps: int, delta: float):
+        self.target_epsilon = target_epsilon
+        self.floor = floor
+        super().__init__(
+            f"epsilon={target_epsilon:g} is unreachable for sample_rate={sample_rate:g}, steps={steps}, "
+            f"delta={delta:g}: the smallest reachable epsilon (the floor of Theorem 10 as r -> 0) is "
+            f"{floor:.6g}; choose epsilon > {floor:.6g}, or lower the floor with a smaller sample rate, "
+            f"fewer steps or a larger delta"
+        )
+
+
+@dataclass(frozen=True)
+class PrivacyCurve:
+    """An RDP curve: rdp[i] is the Renyi divergence bound at integer order orders[i]."""
+
+    orders: np.ndarray
+    rdp: np.ndarray
+
+
+@dataclass(frozen=True)
+class Epsilon:
+    """An (eps, delta) guarantee and the RDP order that attains it."""
+
+    epsilon: float
+    delta: float
+    order: int
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Result of solving r* = sup{r in (0, alpha) : eps(r) <= target} (equation (1))."""
+
+    r: float
+    epsilon: float
+    order: int
+    floor: float
+    target_epsilon: float
+    delta: float
+    sample_rate: float
+    steps: int
+    alpha: float
+
+
+def check_in_open_interval(name: str, value: float, low: float, high: float) -> float:
+    """Return value as float if low < value < high, else raise a ValueError that names it."""
+    value = float(value)
+    if not (low < value < high):
+        raise ValueError(f"{name}={value!r} is out of range: it must lie in ({low:g}, {high:g})")
+    return value
+
+
+def check_positive(name: str, value: float) -> float:
+    """Return value as float if it is finite and > 0, else raise a ValueError that names it."""
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={value!r} is out of range: it must be a finite number > 0")
+    return value
+
+
+def check_steps(steps: int) -> int:
+    """Return steps if it is an integer >= 1."""
+    if isinstance(steps, bool) or int(steps) != steps or steps < 1:
+        raise ValueError(f"steps={steps!r} is out of range: it must be an integer >= 1")
+    return int(steps)
+
+
+def max_admissible_order(r: float, alpha: float, max_order: int = DEFAULT_MAX_ORDER) -> int:
+    """Largest integer order lam <= max_order with alpha - (lam - 1) r > 0 (strict, Theorem 10)."""
+    order = min(max_order, math.ceil(1.0 + alpha / r) - 1)
+    while order >= 2 and not alpha - (order - 1) * r > 0:
+        order -= 1
+    return order
+
+
+def dirichlet_rdp(orders: np.ndarray, r: float, alpha: float) -> np.ndarray:
+    """Lemma 9 (Ponnoprat 2023): e(lam) = lam r^2 psi'(alpha - (lam - 1) r), one unsampled release."""
+    orders = np.asarray(orders, dtype=np.float64)
+    return orders * r * r * polygamma(1, alpha - (orders - 1.0) * r)
+
+
+def _log_binomial_pmf(top_order: int, sample_rate: float) -> np.ndarray:
+    """log P(J = j) for J ~ Binomial(lam, q), as a (lam, j) table for lam, j in 0..top_order (-inf off support).
+
+    Tables are memoised per sample rate at power-of-two sizes, so a Brent solve builds one or two.
+    """
+    size = max(16, 1 << (top_order - 1).bit_length())
+    return _log_binomial_table(size, sample_rate)[: top_order + 1, : top_order + 1]
+
+
+@functools.lru_cache(maxsize=8)
+def _log_binomial_table(max_order: int, sample_rate: float) -> np.ndarray:
+    log_factorial = gammaln(np.arange(max_order + 1) + 1.0)
+    lam = np.arange(max_order + 1)[:, None]
+    j = np.arange(max_order + 1)[None, :]
+    with np.errstate(invalid="ignore"):
+        table = (
+            log_factorial[lam]
+            - log_factorial[j]
+            - log_factorial[np.clip(lam - j, 0, None)]
+            + j * math.log(sample_rate)
+            + (lam - j) * math.log1p(-sample_rate)
+        )
+    table = np.where(j <= lam, table, -np.inf)
+    table.setflags(write=False)
+    return table
+
+
+def _log_excess_weights(r: float, alpha: float, top_order: int) -> np.ndarray:
+    """log(w_j - 1) for j = 0..top_order (entries 0 and 1 are -inf: those terms vanish in B - 1)."""
+    j = np.arange(top_order + 1, dtype=np.float64)
+    out = np.full(top_order + 1, -np.inf)
+    e = dirichlet_rdp(j[2:], r, alpha)
+    x2 = e[0]
+    out[2] = x2 + math.log(-math.expm1(-x2))  # log(exp(e2) - 1), stable for tiny and huge e2
+    x = (j[3:] - 1.0) * e[1:]
+    out[3:] = LOG_THREE + x + np.log1p(-np.exp(-x) / 3.0)  # log(3 exp(x) - 1)
+    return out
+
+
+def subsampled_rdp(
+    r: float, alpha: float, sample_rate: float, max_order: int = DEFAULT_MAX_ORDER
+) -> PrivacyCurve:
+    """Per-step RDP curve of the Poisson-subsampled Dirichlet mechanism (Theorem 10, T = 1).
+
+    Orders run over 2..min(max_order, largest admissible order for r); r must lie in (0, alpha).
+    """
+    check_in_open_interval("r", r, 0.0, alpha)
+    top = max_admissible_order(r, alpha, max_order)  # >= 2, since alpha - r > 0
+    log_pmf = _log_binomial_pmf(top, sample_rate)[2:, :]
+    log_terms = log_pmf + _log_excess_weights(r, alpha, top)[None, :]
+    log_b_minus_one = logsumexp(log_terms, axis=1)
+    orders = np.arange(2, top + 1)
+    rdp = np.logaddexp(0.0, log_b_minus_one) / (orders - 1.0)
+    return PrivacyCurve(orders, rdp)
+
+
+def rdp_to_epsilon(curve: PrivacyCurve, delta: float) -> Epsilon:
+    """Lemma 13 (Canonne et al. 2020): the smallest eps over the curve's orders, for this delta."""
+    orders = curve.orders.astype(np.float64)
+    if orders.size == 0:
+        return Epsilon(math.inf, delta, 0)
+    eps = curve.rdp + np.log(orders - 1.0) - (math.log(delta) + orders * np.log(orders)) / (orders - 1.0)
+    eps = np.where(np.isnan(eps), np.inf, eps)
+    best = int(np.argmin(eps))
+    return Epsilon(float(max(eps[best], 0.0)), delta, int(curve.orders[best]))
+
+
+def epsilon(
+    r: float,
+    alpha: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    max_order: int = DEFAULT_MAX_ORDER,
+) -> Epsilon:
+    """eps of T steps of Algorithm 1 with mechanism parameters (r, alpha): h(r) of Section 3.4."""
+    curve = subsampled_rdp(r, alpha, sample_rate, max_order)
+    return rdp_to_epsilon(PrivacyCurve(curve.orders, steps * curve.rdp), delta)
+
+
+def epsilon_floor(sample_rate: float, steps: int, delta: float, max_order: int = DEFAULT_MAX_ORDER) -> Epsilon:
+    """lim_{r -> 0} h(r) over orders 2..max_order: no r > 0 reaches an eps at or below it.
+
+    As r -> 0, w_2 -> 1 and w_j -> 3, so B - 1 -> 2 P(J >= 3) (the factor 3 of Theorem 10), not 0;
+    the floor does not depend on alpha. P(J >= 3) is the Binomial survival function, exact for tiny q.
+    """
+    orders = np.arange(2, max_order + 1)
+    tail = binom.sf(2, orders, sample_rate)
+    rdp = steps * np.log1p(2.0 * tail) / (orders - 1.0)
+    return rdp_to_epsilon(PrivacyCurve(orders, rdp), delta)
+
+
+def _validate(target_epsilon: float, delta: float, sample_rate: float, steps: int, alpha: float) -> None:
+    check_positive("epsilon", target_epsilon)
+    check_in_open_interval("delta", delta, 0.0, 1.0)
+    check_in_open_interval("sample_rate", sample_rate, 0.0, 1.0)
+    check_steps(steps)
+    check_positive("alpha", alpha)
+
+
+def calibrate_r(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    alpha: float,
+    max_order: int = DEFAULT_MAX_ORDER,
+) -> Calibration:
+    """Solve equation (1), r* = sup{r in (0, alpha) : h(r) <= target}, by Brent's method.
+
+    h is continuous and strictly increasing on (0, alpha) with h -> inf at alpha. The returned r
+    always satisfies h(r) <= target (the root is stepped down if Brent lands a hair above it).
+    Raises UnreachableEpsilonError when target <= the floor.
+    """
+    _validate(target_epsilon, delta, sample_rate, steps, alpha)
+
+    def excess(r: float) -> float:
+        return epsilon(r, alpha, sample_rate, steps, delta, max_order).epsilon - target_epsilon
+
+    floor = epsilon_floor(sample_rate, steps, delta, max_order).epsilon
+    if target_epsilon <= floor:
+        raise UnreachableEpsilonError(target_epsilon, floor, sample_rate, steps, delta)
+    high = alpha * (1.0 - 1e-12)
+    low = alpha / 2.0
+    while excess(low) > 0.0:
+        high, low = low, low / 2.0
+        if low < alpha * 1e-300:  # target is above the floor, so this cannot happen
+            raise UnreachableEpsilonError(target_epsilon, floor, sample_rate, steps, delta)
+    if excess(high) <= 0.0:
+        low = high
+    else:
+        xtol = 1e-12 * alpha
+        low = brentq(excess, low, high, xtol=xtol, rtol=1e-13)
+        while excess(low) > 0.0:
+            low -= xtol
+    found = epsilon(low, alpha, sample_rate, steps, delta, max_order)
+    return Calibration(
+        r=low,
+        epsilon=found.epsilon,
+        order=found.order,
+        floor=floor,
+        target_epsilon=float(target_epsilon),
+        delta=float(delta),
+        sample_rate=float(sample_rate),
+        steps=int(steps),
+        alpha=float(alpha),
+    )

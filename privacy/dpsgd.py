@@ -1,0 +1,206 @@
+"""DP-SGD (Abadi et al. 2016) as a Mechanism, on Opacus: per-example clipping, Gaussian noise, RDP ledger.
+
+Each step of the shared loop (client/training.py) Poisson-samples a batch B with rate q; DP-SGD then
+updates with
+
+    g = (sum_{i in B} clip_C(grad loss_i) + N(0, sigma^2 C^2 I)) / L,    L = round(q * num_examples),
+
+the expected batch size, so that the update does not reveal |B|. An empty batch still adds the noise
+and steps, exactly as Opacus does for an empty batch of its DPDataLoader. Per-example gradients come
+from Opacus's GradSampleModule, clipping and noise from its DPOptimizer, and the ledger is Opacus's
+RDPAccountant for the Poisson-sampled Gaussian mechanism (Mironov et al. 2019), add/remove-one
+neighbours. Unlike the Dirichlet mechanism's eps, this eps bounds what the weights reveal: every
+intermediate model is a post-processing of the noisy gradients.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from opacus import GradSampleModule
+from opacus.accountants import RDPAccountant
+from opacus.accountants.utils import get_noise_multiplier
+from opacus.optimizers import DPOptimizer
+from torch import Tensor, nn
+
+from privacy.analysis import check_in_open_interval, check_positive
+from privacy.mechanisms import Mechanism, MechanismSpec
+
+EPSILON_TOLERANCE = 1e-3
+"""Calibration stops once target - tolerance < eps(sigma) <= target (Opacus's bisection)."""
+
+Composition = tuple[float, float, int]
+"""One ledger entry of Opacus's RDPAccountant: (noise multiplier, sample rate, steps)."""
+
+
+def expected_batch_size(sample_rate: float, num_examples: int) -> int:
+    """L = round(q * N), at least 1: the fixed denominator of DP-SGD's averaged noisy gradient."""
+    if isinstance(num_examples, bool) or int(num_examples) != num_examples or num_examples < 1:
+        raise ValueError(f"num_examples={num_examples!r} is out of range: it must be an integer >= 1")
+    return max(1, round(sample_rate * num_examples))
+
+
+def composed(history: list[Composition], noise_multiplier: float, sample_rate: float, steps: int) -> list[Composition]:
+    """A new ledger: `history` plus `steps` steps at (noise_multiplier, sample_rate), merged with the last entry
+    when it has the same parameters (as RDPAccountant.step merges)."""
+    if steps < 1:
+        raise ValueError(f"steps={steps!r} is out of range: it must be an integer >= 1")
+    if history and history[-1][:2] == (noise_multiplier, sample_rate):
+        return history[:-1] + [(noise_multiplier, sample_rate, history[-1][2] + steps)]
+    return history + [(noise_multiplier, sample_rate, steps)]
+
+
+class DPSGDMechanism(Mechanism):
+    """Per-example clipped, Gaussian-noised SGD steps with an Opacus RDP ledger."""
+
+    name = "dpsgd"
+    covers = (
+        "the trained weights and every intermediate model (DP-SGD, Abadi et al. 2016), per example, "
+        "inputs AND labels"
+    )
+
+    def __init__(
+        self,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        sample_rate: float,
+        expected_batch_size: int,
+        delta: float,
+    ) -> None:
+        if not (math.isfinite(noise_multiplier) and noise_multiplier >= 0):
+            raise ValueError(f"noise_multiplier={noise_multiplier!r} is out of range: it must be finite and >= 0")
+        self.noise_multiplier = float(noise_multiplier)
+        self.max_grad_norm = check_positive("max_grad_norm", max_grad_norm)
+        self.sample_rate = check_in_open_interval("sample_rate", sample_rate, 0.0, 1.0)
+        if expected_batch_size < 1:
+            raise ValueError(f"expected_batch_size={expected_batch_size!r} is out of range: it must be >= 1")
+        self.expected_batch_size = int(expected_batch_size)
+        self.delta = check_in_open_interval("delta", delta, 0.0, 1.0)
+        self.accountant = RDPAccountant()
+
+    @classmethod
+    def calibrated(cls, spec: MechanismSpec) -> DPSGDMechanism:
+        """The smallest noise multiplier (to EPSILON_TOLERANCE) whose eps over spec.planned_steps is <= target.
+
+        Needs spec.num_examples for the expected batch size. Raises ValueError for a budget Opacus
+        cannot reach (sigma above 1e6).
+        """
+        if spec.num_examples is None:
+            raise ValueError("mechanism='dpsgd' needs MechanismSpec.num_examples (the client's training-set size)")
+        check_positive("target_epsilon", spec.target_epsilon)
+        check_in_open_interval("delta", spec.delta, 0.0, 1.0)
+        check_in_open_interval("sample_rate", spec.sample_rate, 0.0, 1.0)
+        if spec.planned_steps < 1:
+            raise ValueError(f"planned_steps={spec.planned_steps!r} is out of range: it must be >= 1")
+        sigma = get_noise_multiplier(
+            target_epsilon=spec.target_epsilon,
+            target_delta=spec.delta,
+            sample_rate=spec.sample_rate,
+            steps=spec.planned_steps,
+            accountant="rdp",
+            epsilon_tolerance=EPSILON_TOLERANCE,
+        )
+        batch = expected_batch_size(spec.sample_rate, spec.num_examples)
+        return cls(sigma, spec.max_grad_norm, spec.sample_rate, batch, spec.delta)
+
+    def parameters(self) -> dict[str, float]:
+        return {
+            "noise_multiplier": self.noise_multiplier,
+            "max_grad_norm": self.max_grad_norm,
+            "expected_batch_size": float(self.expected_batch_size),
+        }
+
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """GradSampleModule (per-example gradients of a SUM loss) and DPOptimizer (clip, noise, divide by L).
+
+        The returned module holds `model` as `_module` and shares its parameter tensors, so `model`
+        itself always holds the current weights (read and save those: the wrapper's state_dict keys
+        carry a `_module.` prefix). A model can be wrapped once; wrap a fresh model per training run.
+        """
+        module = GradSampleModule(model, loss_reduction="sum")
+        dp_optimizer = DPOptimizer(
+            optimizer,
+            noise_multiplier=self.noise_multiplier,
+            max_grad_norm=self.max_grad_norm,
+            expected_batch_size=self.expected_batch_size,
+            loss_reduction="mean",
+        )
+        return module, dp_optimizer
+
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+        """Mean cross-entropy (DP-SGD privatises the gradient, not the loss)."""
+        return nn.functional.cross_entropy(logits, labels)
+
+    def train_step(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        inputs: Tensor,
+        labels: Tensor,
+        generator: torch.Generator | None,
+    ) -> Tensor | None:
+        """One DP-SGD step; the noise is drawn from `generator`. An empty batch steps on noise alone and
+        returns None (no loss); otherwise returns the batch's mean cross-entropy (detached)."""
+        if not isinstance(optimizer, DPOptimizer):
+            raise TypeError("DPSGDMechanism.train_step needs the optimizer returned by DPSGDMechanism.wrap")
+        optimizer.generator = generator
+        optimizer.zero_grad(set_to_none=True)
+        if labels.numel() == 0:
+            for parameter in optimizer.params:
+                parameter.grad_sample = parameter.new_zeros((0, *parameter.shape))
+            optimizer.step()
+            return None
+        loss = nn.functional.cross_entropy(model(inputs), labels, reduction="sum")
+        loss.backward()
+        optimizer.step()
+        return loss.detach() / labels.numel()
+
+    def epsilon(self, delta: float) -> float:
+        return float(self.accountant.get_epsilon(delta))
+
+    def would_exceed(self, steps: int, max_epsilon: float) -> bool:
+        """Whether `steps` more steps would take eps (at this mechanism's delta) above max_epsilon; no mutation."""
+        projected = RDPAccountant()
+        projected.history = composed(list(self.accountant.history), self.noise_multiplier, self.sample_rate, steps)
+        return projected.get_epsilon(self.delta) > max_epsilon
+
+    def record(self, steps: int) -> None:
+        if steps > 0:
+            self.accountant.history = composed(self.accountant.history, self.noise_multiplier, self.sample_rate, steps)
+
+    @property
+    def steps(self) -> int:
+        return sum(count for _, _, count in self.accountant.history)
+
+    def state_dict(self) -> dict[str, object]:
+        """Calibration and the RDPAccountant's ledger, as JSON-ready numbers and lists."""
+        return {
+            "mechanism": self.name,
+            "noise_multiplier": self.noise_multiplier,
+            "max_grad_norm": self.max_grad_norm,
+            "sample_rate": self.sample_rate,
+            "expected_batch_size": self.expected_batch_size,
+            "delta": self.delta,
+            "ledger": {
+                "mechanism": self.accountant.mechanism(),
+                "history": [[float(sigma), float(q), int(count)] for sigma, q, count in self.accountant.history],
+            },
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, object]) -> DPSGDMechanism:
+        """Rebuild from state_dict(); the ledger continues where it stopped (never rebuilt from scratch)."""
+        if state.get("mechanism") != cls.name:
+            raise ValueError(f"saved state is for mechanism {state.get('mechanism')!r}, not {cls.name!r}")
+        mechanism = cls(
+            float(state["noise_multiplier"]),
+            float(state["max_grad_norm"]),
+            float(state["sample_rate"]),
+            int(state["expected_batch_size"]),
+            float(state["delta"]),
+        )
+        ledger = state["ledger"]
+        history = [(float(sigma), float(q), int(count)) for sigma, q, count in ledger["history"]]
+        mechanism.accountant.load_state_dict({"mechanism": ledger["mechanism"], "history": history})
+        return mechanism

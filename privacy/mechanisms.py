@@ -1,0 +1,233 @@
+"""Per-client privacy mechanisms: small objects that privatise one client's local training.
+
+Each mechanism owns how one training step turns a Poisson-sampled minibatch into an update, and
+the client's ledger (its accountant), which composes exactly the steps that ran. The client code
+is the same for every mechanism:
+
+    mechanism = build_mechanism(spec, num_examples)            # calibrates once per client
+    model, optimizer = mechanism.wrap(model, optimizer)
+    if mechanism.would_exceed(steps): refuse
+    for each step: mechanism.train_step(...)
+    mechanism.record(steps_run)
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from privacy.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
+from privacy.analysis import calibrate_r
+from privacy.dirichlet import dirichlet_nll_loss
+
+MECHANISMS = ("dirichlet", "dpsgd", "none")
+
+COVERS = {
+    "dirichlet": (
+        "the perturbed softmax outputs released at each step (Theorem 10), per example, inputs only, "
+        "labels public; NOT the trained weights (audit them)"
+    ),
+    "dpsgd": "the trained weights and every intermediate model (DP-SGD), per example, inputs and labels",
+    "none": "nothing: training is not private (eps = inf)",
+}
+"""What each mechanism's eps bounds, in the words every report uses."""
+
+
+@dataclass(frozen=True)
+class MechanismSpec:
+    """What a client needs to set up its mechanism: its budget and its whole-run plan."""
+
+    name: str
+    target_epsilon: float
+    delta: float
+    sample_rate: float
+    planned_steps: int
+    alpha: float = 3.0
+    max_grad_norm: float = 1.0
+    num_examples: int | None = None
+    """The client's training-set size; DP-SGD divides its noisy gradient sum by the expected batch
+    size round(sample_rate * num_examples). Unused by the other mechanisms."""
+
+
+class Mechanism(ABC):
+    """One client's privatised training step and its ledger."""
+
+    name: ClassVar[str]
+    covers: ClassVar[str]
+    """What this mechanism's eps bounds, in words that go into every report."""
+    sample_rate: float
+    """The Poisson sampling rate q this mechanism was calibrated for."""
+
+    @abstractmethod
+    def parameters(self) -> dict[str, float]:
+        """The calibrated noise parameters (for the ledger)."""
+
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """Prepare model and optimizer for private training (identity unless the mechanism needs hooks)."""
+        return model, optimizer
+
+    @abstractmethod
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+        """Mean loss of one minibatch."""
+
+    def train_step(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        inputs: Tensor,
+        labels: Tensor,
+        generator: torch.Generator | None,
+    ) -> Tensor | None:
+        """One step of Algorithm 1 (lines 3-8); an empty batch makes no update. Returns the loss (on device)."""
+        if labels.numel() == 0:
+            return None
+        optimizer.zero_grad(set_to_none=True)
+        loss = self.loss(model(inputs), labels, generator)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    @abstractmethod
+    def epsilon(self, delta: float) -> float:
+        """eps spent so far at this delta."""
+
+    @abstractmethod
+    def would_exceed(self, steps: int, max_epsilon: float) -> bool:
+        """Whether `steps` more steps would take eps above max_epsilon."""
+
+    @abstractmethod
+    def record(self, steps: int) -> None:
+        """Compose `steps` steps that ran (also empty-batch steps: their sampling was private)."""
+
+    @property
+    @abstractmethod
+    def steps(self) -> int:
+        """Steps composed so far."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, object]:
+        """JSON-serialisable ledger and calibration."""
+
+    @classmethod
+    @abstractmethod
+    def from_state_dict(cls, state: dict[str, object]) -> Mechanism:
+        """Rebuild a mechanism, calibration and ledger included, from state_dict()."""
+
+
+class NoPrivacy(Mechanism):
+    """The non-private baseline: the same sampler and loop, plain cross-entropy, eps = inf."""
+
+    name = "none"
+    covers = COVERS["none"]
+
+    def __init__(self, sample_rate: float) -> None:
+        self.sample_rate = sample_rate
+        self._steps = 0
+
+    def parameters(self) -> dict[str, float]:
+        return {}
+
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+        return nn.functional.cross_entropy(logits, labels)
+
+    def epsilon(self, delta: float) -> float:
+        return math.inf
+
+    def would_exceed(self, steps: int, max_epsilon: float) -> bool:
+        return False
+
+    def record(self, steps: int) -> None:
+        self._steps += steps
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    def state_dict(self) -> dict[str, object]:
+        return {"mechanism": self.name, "sample_rate": self.sample_rate, "steps": self._steps}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, object]) -> NoPrivacy:
+        mechanism = cls(float(state["sample_rate"]))
+        mechanism._steps = int(state["steps"])
+        return mechanism
+
+
+class DirichletMechanism(Mechanism):
+    """Algorithm 1: the loss is -log p[y] with p ~ Dir(r softmax(z) + alpha); ledger of Theorem 10."""
+
+    name = "dirichlet"
+    covers = COVERS["dirichlet"]
+
+    def __init__(self, r: float, alpha: float, sample_rate: float, delta: float) -> None:
+        self.sample_rate = sample_rate
+        self.event = DirichletEvent(r=r, alpha=alpha, sample_rate=sample_rate)
+        self.accountant = DirichletAccountant(AccountantConfig(target_delta=delta))
+
+    @classmethod
+    def calibrated(cls, spec: MechanismSpec) -> DirichletMechanism:
+        """Solve equation (1) once for the whole run's planned steps: r* with eps(r*) <= target."""
+        calibration = calibrate_r(spec.target_epsilon, spec.delta, spec.sample_rate, spec.planned_steps, spec.alpha)
+        return cls(calibration.r, spec.alpha, spec.sample_rate, spec.delta)
+
+    def parameters(self) -> dict[str, float]:
+        return {"r": self.event.r, "alpha": self.event.alpha}
+
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+        return dirichlet_nll_loss(logits, labels, self.event.r, self.event.alpha, generator)
+
+    def epsilon(self, delta: float) -> float:
+        return self.accountant.get_epsilon(delta)
+
+    def would_exceed(self, steps: int, max_epsilon: float) -> bool:
+        return self.accountant.would_exceed(self.event, max_epsilon, steps)
+
+    def record(self, steps: int) -> None:
+        if steps > 0:
+            self.accountant.compose(self.event, steps)
+
+    @property
+    def steps(self) -> int:
+        return self.accountant.num_releases
+
+    def state_dict(self) -> dict[str, object]:
+        return {"mechanism": self.name, "event": asdict(self.event), "ledger": self.accountant.state_dict()}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, object]) -> DirichletMechanism:
+        event = DirichletEvent(**state["event"])
+        mechanism = cls(event.r, event.alpha, event.sample_rate, state["ledger"]["config"]["target_delta"])
+        mechanism.accountant.load_state_dict(state["ledger"])
+        return mechanism
+
+
+def build_mechanism(spec: MechanismSpec) -> Mechanism:
+    """Calibrate the named mechanism for one client (raises ValueError for an impossible budget)."""
+    if spec.name == "none":
+        return NoPrivacy(spec.sample_rate)
+    if spec.name == "dirichlet":
+        return DirichletMechanism.calibrated(spec)
+    if spec.name == "dpsgd":
+        from privacy.dpsgd import DPSGDMechanism
+
+        return DPSGDMechanism.calibrated(spec)
+    raise ValueError(f"mechanism={spec.name!r} is invalid: choose one of {', '.join(MECHANISMS)}")
+
+
+def restore_mechanism(state: dict[str, object]) -> Mechanism:
+    """Rebuild the mechanism saved by Mechanism.state_dict() (a client's context.state between rounds)."""
+    name = state.get("mechanism")
+    if name == "none":
+        return NoPrivacy.from_state_dict(state)
+    if name == "dirichlet":
+        return DirichletMechanism.from_state_dict(state)
+    if name == "dpsgd":
+        from privacy.dpsgd import DPSGDMechanism
+
+        return DPSGDMechanism.from_state_dict(state)
+    raise ValueError(f"unknown mechanism {name!r} in saved state")

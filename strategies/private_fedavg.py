@@ -1,0 +1,160 @@
+"""FedAvg over clients that each spend their own privacy budget.
+
+Differences from Flower's FedAvg, and why:
+- Clients are sampled by partition id with a seeded RNG (Flower samples random node ids with the
+  unseeded global `random`), so a seed fixes which clients train in which round.
+- Each client's eps is recorded as reported; the round's privacy summary is the maximum over
+  clients, never a weighted mean (a mean of eps guarantees nothing to anyone).
+- A client that reports it cannot afford another round, or refuses with BUDGET_EXHAUSTED, is not
+  sampled again; the run ends cleanly when no client can train.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED
+
+
+@dataclass
+class RoundRecord:
+    """What happened in one round: who trained, who refused, who failed, and each trainer's metrics."""
+
+    server_round: int
+    trained: dict[int, dict[str, float]] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    central: dict[str, float] = field(default_factory=dict)
+    federated: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def max_epsilon(self) -> float:
+        return max((m["epsilon"] for m in self.trained.values()), default=math.nan)
+
+    @property
+    def train_loss(self) -> float:
+        """Mean local training loss, weighted by the trainers' example counts."""
+        total = sum(m["num-examples"] for m in self.trained.values())
+        if not total:
+            return math.nan
+        return sum(m["train-loss"] * m["num-examples"] for m in self.trained.values()) / total
+
+
+class PrivateFedAvg(FedAvg):
+    """FedAvg with seeded sampling by partition id and per-client budgets (see module docstring)."""
+
+    def __init__(self, *, seed: int, fraction_train: float, fraction_evaluate: float) -> None:
+        super().__init__(
+            fraction_train=fraction_train,
+            fraction_evaluate=fraction_evaluate,
+            min_train_nodes=1,
+            min_evaluate_nodes=1 if fraction_evaluate > 0 else 0,
+            min_available_nodes=1,
+        )
+        self.seed = seed
+        self.partition_of: dict[int, int] = {}
+        self.exhausted: set[int] = set()
+        self.current: RoundRecord | None = None
+
+    def discover(self, grid: Grid, timeout: float = 600.0) -> int:
+        """Ask every node which partition it holds (a query message), so sampling can be seeded.
+
+        Returns the number of partitions the nodes were configured with."""
+        nodes = sorted(grid.get_node_ids())
+        messages = [Message(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY) for node in nodes]
+        sizes = set()
+        for reply in grid.send_and_receive(messages, timeout=timeout):
+            if reply.has_error():
+                raise RuntimeError(f"node {reply.metadata.src_node_id} did not describe itself: {reply.error.reason}")
+            self.partition_of[reply.metadata.src_node_id] = int(reply.content["node"]["partition-id"])
+            sizes.add(int(reply.content["node"]["num-partitions"]))
+        if len(sizes) != 1 or len(set(self.partition_of.values())) != len(self.partition_of):
+            raise RuntimeError(f"nodes disagree about the partitioning: {sorted(self.partition_of.values())}, {sizes}")
+        return sizes.pop()
+
+    def _sample(self, server_round: int, fraction: float, eligible: list[int], purpose: str) -> list[int]:
+        """A seeded sample of eligible node ids, drawn in partition-id order."""
+        ordered = sorted(eligible, key=lambda node: self.partition_of[node])
+        size = min(len(ordered), max(1, int(len(self.partition_of) * fraction)))
+        return random.Random(f"{self.seed}/{purpose}/{server_round}").sample(ordered, size)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        eligible = [node for node in self.partition_of if node not in self.exhausted]
+        if not eligible:
+            return []
+        config["server-round"] = server_round
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        nodes = self._sample(server_round, self.fraction_train, eligible, "train")
+        return self._construct_messages(record, nodes, MessageType.TRAIN)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        if self.fraction_evaluate == 0.0:
+            return []
+        config["server-round"] = server_round
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        nodes = self._sample(server_round, self.fraction_evaluate, list(self.partition_of), "evaluate")
+        return self._construct_messages(record, nodes, MessageType.EVALUATE)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Weighted average of the private updates; per-client eps kept, the max reported."""
+        valid, errors = self._check_and_log_replies(replies, is_train=True)
+        record = self.current = RoundRecord(server_round)
+        for reply in errors:
+            partition = self.partition_of[reply.metadata.src_node_id]
+            if reply.error.code == BUDGET_EXHAUSTED:
+                record.refused[partition] = reply.error.reason or ""
+                self.exhausted.add(reply.metadata.src_node_id)
+            else:
+                record.failed[partition] = reply.error.reason or ""
+        for reply in valid:
+            metrics = dict(reply.content["metrics"])
+            record.trained[int(metrics["partition-id"])] = metrics
+            if not metrics["can-continue"]:
+                self.exhausted.add(reply.metadata.src_node_id)
+        if not valid:
+            return None, None
+        arrays = aggregate_arrayrecords([reply.content for reply in valid], self.weighted_by_key)
+        return arrays, MetricRecord({"train-loss": record.train_loss, "max-epsilon": record.max_epsilon})
+
+    def run(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int,
+        evaluate_fn: Callable[[int, ArrayRecord], dict[str, float]],
+        on_round: Callable[[RoundRecord, ArrayRecord], None],
+        timeout: float = 3600.0,
+    ) -> ArrayRecord:
+        """The round loop: train, aggregate, evaluate centrally and on clients, report; stop early when
+        no client can train. Call discover() first. Returns the final global weights."""
+        arrays = initial_arrays
+        for server_round in range(1, num_rounds + 1):
+            messages = list(self.configure_train(server_round, arrays, ConfigRecord(), grid))
+            if not messages:
+                break
+            replies = grid.send_and_receive(messages, timeout=timeout)
+            new_arrays, _ = self.aggregate_train(server_round, replies)
+            record = self.current
+            arrays = new_arrays if new_arrays is not None else arrays
+            evaluations = grid.send_and_receive(
+                list(self.configure_evaluate(server_round, arrays, ConfigRecord(), grid)), timeout=timeout
+            )
+            federated = self.aggregate_evaluate(server_round, evaluations)
+            record.federated = dict(federated) if federated is not None else {}
+            record.central = evaluate_fn(server_round, arrays)
+            on_round(record, arrays)
+        return arrays
