@@ -20,7 +20,7 @@ MAX_GROUPS = 32
 
 
 def num_groups(channels: int) -> int:
-    """GroupNorm group count for `channels`: the largest divisor of it that is <= 32 and leaves >= 2 channels per group."""
+    """GroupNorm group count: the largest divisor of `channels` that is <= 32 and leaves >= 2 channels per group."""
     limit = max(1, min(MAX_GROUPS, channels // 2))
     return max(d for d in range(1, limit + 1) if channels % d == 0)
 

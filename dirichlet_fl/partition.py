@@ -177,7 +177,8 @@ def _natural_parts(labels: np.ndarray, num_clients: int, site_file: str | None) 
         )
     values, counts = np.unique(indices, return_counts=True)
     if (counts > 1).any():
-        raise ValueError(f"site_file={site_file!r}: indices {values[counts > 1][:5].tolist()} are listed more than once")
+        repeated = values[counts > 1][:5].tolist()
+        raise ValueError(f"site_file={site_file!r}: indices {repeated} are listed more than once")
     if len(values) != len(labels):
         missing = np.setdiff1d(np.arange(len(labels)), values)
         raise ValueError(

@@ -16,6 +16,7 @@ intermediate model is a post-processing of the noisy gradients.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from opacus import GradSampleModule
@@ -93,14 +94,16 @@ class DPSGDMechanism(Mechanism):
         check_in_open_interval("sample_rate", spec.sample_rate, 0.0, 1.0)
         if spec.planned_steps < 1:
             raise ValueError(f"planned_steps={spec.planned_steps!r} is out of range: it must be >= 1")
-        sigma = get_noise_multiplier(
-            target_epsilon=spec.target_epsilon,
-            target_delta=spec.delta,
-            sample_rate=spec.sample_rate,
-            steps=spec.planned_steps,
-            accountant="rdp",
-            epsilon_tolerance=EPSILON_TOLERANCE,
-        )
+        with warnings.catch_warnings():  # the bisection's first probes (sigma = 20, 40, ...) warn about their order
+            warnings.simplefilter("ignore", UserWarning)
+            sigma = get_noise_multiplier(
+                target_epsilon=spec.target_epsilon,
+                target_delta=spec.delta,
+                sample_rate=spec.sample_rate,
+                steps=spec.planned_steps,
+                accountant="rdp",
+                epsilon_tolerance=EPSILON_TOLERANCE,
+            )
         batch = expected_batch_size(spec.sample_rate, spec.num_examples)
         return cls(sigma, spec.max_grad_norm, spec.sample_rate, batch, spec.delta)
 
