@@ -22,7 +22,7 @@ AUGMENT_CHOICES = ("auto", "on", "off")
 class RunConfig:
     """Everything one federated run needs. Defaults are the embedded digits job of README.md."""
 
-    num_server_rounds: int = 5
+    num_server_rounds: int = 15
     calibration_rounds: int = 0
     fraction_train: float = 1.0
     fraction_evaluate: float = 1.0
@@ -47,7 +47,7 @@ class RunConfig:
     local_epochs: float = 1.0
     local_steps: int = 0
     optimizer: str = "sgd"
-    learning_rate: float = 0.5
+    learning_rate: float = 3.0
     device: str = "auto"
     results_dir: str = "results"
     run_name: str = ""

@@ -26,7 +26,7 @@ from opacus.optimizers import DPOptimizer
 from torch import Tensor, nn
 
 from privacy.analysis import check_in_open_interval, check_positive
-from privacy.mechanisms import Mechanism, MechanismSpec
+from privacy.mechanisms import COVERS, Mechanism, MechanismSpec
 
 EPSILON_TOLERANCE = 1e-3
 """Calibration stops once target - tolerance < eps(sigma) <= target (Opacus's bisection)."""
@@ -56,10 +56,7 @@ class DPSGDMechanism(Mechanism):
     """Per-example clipped, Gaussian-noised SGD steps with an Opacus RDP ledger."""
 
     name = "dpsgd"
-    covers = (
-        "the trained weights and every intermediate model (DP-SGD, Abadi et al. 2016), per example, "
-        "inputs AND labels"
-    )
+    covers = COVERS["dpsgd"]
 
     def __init__(
         self,
@@ -155,7 +152,9 @@ class DPSGDMechanism(Mechanism):
             optimizer.step()
             return None
         loss = nn.functional.cross_entropy(model(inputs), labels, reduction="sum")
-        loss.backward()
+        with warnings.catch_warnings():  # Opacus's hooks on a first layer whose input needs no gradient: benign
+            warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
+            loss.backward()
         optimizer.step()
         return loss.detach() / labels.numel()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -67,18 +68,26 @@ class PrivateFedAvg(FedAvg):
     def discover(self, grid: Grid, timeout: float = 600.0) -> int:
         """Ask every node which partition it holds (a query message), so sampling can be seeded.
 
-        Returns the number of partitions the nodes were configured with."""
-        nodes = sorted(grid.get_node_ids())
-        messages = [Message(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY) for node in nodes]
-        sizes = set()
-        for reply in grid.send_and_receive(messages, timeout=timeout):
-            if reply.has_error():
-                raise RuntimeError(f"node {reply.metadata.src_node_id} did not describe itself: {reply.error.reason}")
-            self.partition_of[reply.metadata.src_node_id] = int(reply.content["node"]["partition-id"])
-            sizes.add(int(reply.content["node"]["num-partitions"]))
-        if len(sizes) != 1 or len(set(self.partition_of.values())) != len(self.partition_of):
-            raise RuntimeError(f"nodes disagree about the partitioning: {sorted(self.partition_of.values())}, {sizes}")
-        return sizes.pop()
+        Waits until as many nodes as the partitioning has (each node reports num-partitions) are
+        connected; returns that number."""
+        deadline = time.monotonic() + timeout
+        num_partitions = 0
+        while not num_partitions or len(self.partition_of) < num_partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self.partition_of)} of {num_partitions or '?'} nodes connected")
+            new = sorted(set(grid.get_node_ids()) - set(self.partition_of))
+            if not new:
+                time.sleep(0.2)
+                continue
+            messages = [Message(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY) for node in new]
+            for reply in grid.send_and_receive(messages, timeout=timeout):
+                if reply.has_error():
+                    raise RuntimeError(f"node {reply.metadata.src_node_id} did not describe itself: {reply.error.reason}")
+                self.partition_of[reply.metadata.src_node_id] = int(reply.content["node"]["partition-id"])
+                num_partitions = max(num_partitions, int(reply.content["node"]["num-partitions"]))
+        if sorted(self.partition_of.values()) != list(range(num_partitions)):
+            raise RuntimeError(f"nodes hold partitions {sorted(self.partition_of.values())}, not 0..{num_partitions - 1}")
+        return num_partitions
 
     def _sample(self, server_round: int, fraction: float, eligible: list[int], purpose: str) -> list[int]:
         """A seeded sample of eligible node ids, drawn in partition-id order."""

@@ -1,0 +1,244 @@
+"""`bench simulation`: what Flower + Ray cost per run and per round, against the same arithmetic in a loop.
+
+Each run is a fresh child process (as `flwr run` would be), so start-up includes imports, Ray and
+actor start-up. The two kinds alternate (flower, loop, loop, flower, ...) and the report takes
+medians over `--runs` of each:
+- flower: dirichlet_fl.simulation.simulate, the real ServerApp and ClientApp on Ray. Per-round times
+  come from the `seconds` column of the run's rounds.csv (the server's clock, written as each round
+  ends), so no log parsing is needed;
+- loop: sims.fedavg_loop.run_fedavg in one process, timing each round itself.
+
+Steady-state seconds per round: the median duration of rounds 2..R (round 1 also calibrates every
+client and warms caches). Fixed start-up: wall time of the process minus R x the steady round, i.e.
+everything that does not grow with the number of rounds. Peak memory: the largest sum of resident
+set sizes over the child and all its descendants (Ray's GCS, raylet, workers and actors), sampled
+from /proc every 0.2 s. RSS counts shared pages once per process, so the sum over-states memory
+that processes share (torch's libraries, Ray's object store); it is the conservative figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from flwr.common.config import get_fused_config_from_dir, parse_config_args
+
+from dirichlet_fl.simulation import APP_DIR
+
+SAMPLE_INTERVAL = 0.2
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+TARGET_OVERHEAD_SECONDS = 0.5
+TARGET_PEAK_BYTES = 3 * 1024**3
+
+
+def _children_map() -> dict[int, list[int]]:
+    """ppid -> pids, for every process visible in /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def tree_rss(root: int) -> tuple[int, int]:
+    """(summed resident bytes, process count) of `root` and all its descendants."""
+    children = _children_map()
+    pending, total, count = [root], 0, 0
+    while pending:
+        pid = pending.pop()
+        pending.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/statm") as handle:
+                total += int(handle.read().split()[1]) * PAGE_SIZE
+            count += 1
+        except OSError:
+            continue
+    return total, count
+
+
+class PeakMemory(threading.Thread):
+    """Samples tree_rss(pid) every SAMPLE_INTERVAL seconds until stopped; keeps the peak."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.peak_bytes = 0
+        self.peak_processes = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            total, count = tree_rss(self.pid)
+            if total > self.peak_bytes:
+                self.peak_bytes, self.peak_processes = total, count
+            self._stop_event.wait(SAMPLE_INTERVAL)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+def _child_command(kind: str, overrides: dict[str, Any], clients: int, out: Path) -> list[str]:
+    payload = json.dumps({"kind": kind, "overrides": overrides, "clients": clients, "out": str(out)})
+    return [sys.executable, "-m", "sims.bench_simulation", payload]
+
+
+def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path) -> dict[str, Any]:
+    """Run one child process of `kind` (flower or loop); return wall time, round seconds and peak memory."""
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(out / "child.log", "w") as log:
+        child = subprocess.Popen(_child_command(kind, overrides, clients, out), cwd=APP_DIR, stdout=log,
+                                 stderr=subprocess.STDOUT)
+        sampler = PeakMemory(child.pid)
+        sampler.start()
+        code = child.wait()
+        sampler.stop()
+    wall = time.perf_counter() - start
+    if code != 0:
+        raise RuntimeError(f"{kind} run failed with exit code {code}; see {out / 'child.log'}")
+    rounds = json.loads((out / "round_seconds.json").read_text())
+    return {"kind": kind, "wall_seconds": wall, "round_seconds": rounds, "peak_rss_bytes": sampler.peak_bytes,
+            "peak_processes": sampler.peak_processes, "final_accuracy": _final_accuracy(out)}
+
+
+def _final_accuracy(out: Path) -> float:
+    return float(json.loads((out / "final.json").read_text())["final_accuracy"])
+
+
+def steady_and_fixed(run: dict[str, Any]) -> tuple[float, float]:
+    """(steady seconds per round = median of rounds 2..R, fixed seconds = wall - R x steady)."""
+    rounds = run["round_seconds"]
+    steady = statistics.median(rounds[1:] if len(rounds) > 1 else rounds)
+    return steady, run["wall_seconds"] - len(rounds) * steady
+
+
+def _child_flower(overrides: dict[str, Any], clients: int, out: Path) -> None:
+    """One Flower run; per-round durations from the cumulative `seconds` column of rounds.csv."""
+    from dirichlet_fl.simulation import simulate
+
+    simulate(overrides | {"results-dir": str(out), "run-name": "run"}, num_supernodes=clients)
+    with open(out / "run" / "rounds.csv") as handle:
+        cumulative = [float(row["seconds"]) for row in csv.DictReader(handle)]
+    durations = [later - earlier for earlier, later in zip([0.0, *cumulative], cumulative)]
+    (out / "round_seconds.json").write_text(json.dumps(durations))
+    summary = json.loads((out / "run" / "summary.json").read_text())
+    (out / "final.json").write_text(json.dumps({"final_accuracy": summary["final_accuracy"]}))
+
+
+def _child_loop(overrides: dict[str, Any], clients: int, out: Path) -> None:
+    """The same run as a plain loop; per-round durations measured in the loop."""
+    from dirichlet_fl.config import RunConfig
+    from sims.fedavg_loop import run_fedavg
+
+    config = RunConfig.from_run_config(get_fused_config_from_dir(APP_DIR, overrides))
+    result = run_fedavg(config, clients)
+    (out / "round_seconds.json").write_text(json.dumps([r.seconds for r in result.rounds]))
+    (out / "final.json").write_text(json.dumps({"final_accuracy": result.final_accuracy}))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `bench simulation`."""
+    parser.add_argument("--runs", type=int, default=3, help="runs of each kind, alternating (default 3)")
+    parser.add_argument("--clients", type=int, default=10, help="federation size (default 10)")
+    parser.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'",
+                        help="run-config overrides, as for `flwr run --run-config` (default: none, the "
+                             "pyproject defaults)")
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """`flwr run --run-config` syntax to a dict, validated against RunConfig."""
+    from dirichlet_fl.config import RunConfig
+
+    try:
+        overrides = parse_config_args([text]) if text.strip() else {}
+    except click.ClickException as error:
+        raise ValueError(f"--run-config={text!r}: {error.message}") from None
+    RunConfig.from_run_config(get_fused_config_from_dir(APP_DIR, overrides))
+    return overrides
+
+
+
+def _summarise(runs: list[dict[str, Any]]) -> dict[str, float]:
+    pairs = [steady_and_fixed(run) for run in runs]
+    return {
+        "steady_seconds_per_round": statistics.median([steady for steady, _ in pairs]),
+        "fixed_seconds": statistics.median([fixed for _, fixed in pairs]),
+        "wall_seconds": statistics.median([run["wall_seconds"] for run in runs]),
+        "peak_rss_bytes": statistics.median([run["peak_rss_bytes"] for run in runs]),
+        "max_peak_rss_bytes": max(run["peak_rss_bytes"] for run in runs),
+        "final_accuracy": statistics.median([run["final_accuracy"] for run in runs]),
+    }
+
+
+def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
+    """Alternate flower and loop runs; return medians, the per-round overhead and the peak memory."""
+    if args.runs < 1 or args.clients < 1:
+        raise ValueError("--runs and --clients must be >= 1")
+    overrides = parse_overrides(args.run_config)
+    runs: dict[str, list[dict[str, Any]]] = {"flower": [], "loop": []}
+    for i in range(args.runs):
+        for kind in ("flower", "loop") if i % 2 == 0 else ("loop", "flower"):
+            runs[kind].append(measure_run(kind, overrides, args.clients, out_dir / f"{kind}-{i}"))
+    flower, loop = _summarise(runs["flower"]), _summarise(runs["loop"])
+    overhead = flower["steady_seconds_per_round"] - loop["steady_seconds_per_round"]
+    config = get_fused_config_from_dir(APP_DIR, overrides)
+    return {
+        "flower": flower,
+        "loop": loop,
+        "overhead_seconds_per_round": overhead,
+        "extra_fixed_seconds": flower["fixed_seconds"] - loop["fixed_seconds"],
+        "targets": {
+            "overhead_seconds_per_round": {"target": f"<= {TARGET_OVERHEAD_SECONDS}",
+                                           "met": overhead <= TARGET_OVERHEAD_SECONDS},
+            "flower_peak_rss_bytes": {"target": f"<= {TARGET_PEAK_BYTES}",
+                                      "met": flower["max_peak_rss_bytes"] <= TARGET_PEAK_BYTES},
+        },
+        "runs": runs,
+        "config": {"clients": args.clients, "runs": args.runs, "overrides": overrides, "run_config": config,
+                   "sample_interval_seconds": SAMPLE_INTERVAL},
+    }
+
+
+def summary_lines(report: dict[str, object]) -> list[str]:
+    """Human-readable lines: per kind, then overhead and memory against their targets."""
+    lines = [f"{report['config']['clients']} clients, {report['config']['run_config']['num-server-rounds']} rounds, "
+             f"median of {report['config']['runs']} runs each:"]
+    for kind in ("flower", "loop"):
+        s = report[kind]
+        lines.append(
+            f"  {kind:<6} fixed {s['fixed_seconds']:6.2f} s  steady {s['steady_seconds_per_round']:6.3f} s/round  "
+            f"wall {s['wall_seconds']:6.2f} s  peak RSS {s['peak_rss_bytes'] / 1024**3:5.2f} GB  "
+            f"final accuracy {s['final_accuracy']:.4f}"
+        )
+    for key, target in report["targets"].items():
+        value = report["overhead_seconds_per_round"] if key.startswith("overhead") else report["flower"][
+            "max_peak_rss_bytes"]
+        lines.append(f"  {key} = {value:.4g} (target {target['target']}: {'met' if target['met'] else 'MISSED'})")
+    return lines
+
+
+def _child_main(payload: str) -> None:
+    job = json.loads(payload)
+    child = _child_flower if job["kind"] == "flower" else _child_loop
+    child(job["overrides"], job["clients"], Path(job["out"]))
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1])

@@ -1,0 +1,232 @@
+"""The app's federated run as a plain Python loop in one process: the same arithmetic, no Flower engine.
+
+Why: to measure what Flower and Ray add per round (sims/bench_simulation.py), and to run accuracy
+sweeps (sims/accuracy_vs_epsilon.py) on a 2-core machine, where a Ray start-up per run would cost
+more than the training itself.
+
+What is the same as the app (client/client_app.py, server/server_app.py, strategies/private_fedavg.py):
+the split, shards and initial model (dirichlet_fl.task); each client calibrates its mechanism once,
+at its first round, for q = batch-size / its examples and every planned round, keeps it (and its
+ledger) across rounds, and refuses a round that would take it past its target eps; its generator is
+seeded with SeedSequence([seed, partition, round]); training is client.training.train_locally with
+the run's augmentation; clients are sampled with the strategy's seeded rule, clients that are spent
+are not sampled again; updates are averaged with Flower's aggregate_arrayrecords weighted by
+num-examples; the global model is evaluated on the test split every round (and at round 0), and the
+clients sampled for evaluation evaluate it on their local test shares.
+
+What differs: no messages, no serialisation and no Ray actors. One deliberate difference: the
+client's MechanismSpec carries num_examples, which DP-SGD needs for its expected batch size.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+from torch import nn
+
+from client.training import evaluate, make_optimizer, train_locally
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.task import (
+    augmentation,
+    build_run_model,
+    client_shard,
+    federated_split,
+    initial_model,
+    resolve_device,
+)
+from privacy.mechanisms import Mechanism, MechanismSpec, build_mechanism
+
+
+@dataclass
+class ClientState:
+    """What a client keeps between rounds (the app keeps it in context.state)."""
+
+    mechanism: Mechanism
+    target_epsilon: float
+
+
+@dataclass(frozen=True)
+class LoopRound:
+    """One round: central and federated accuracy, who trained, refused or failed, the max eps, seconds."""
+
+    round: int
+    central_accuracy: float
+    central_loss: float
+    federated_accuracy: float
+    trained: int
+    refused: int
+    failed: int
+    max_epsilon: float
+    seconds: float
+
+
+@dataclass
+class LoopResult:
+    """A whole run: the initial accuracy, every round, and each client's final eps (at config.delta)."""
+
+    initial_accuracy: float
+    rounds: list[LoopRound] = field(default_factory=list)
+    client_epsilons: dict[int, float] = field(default_factory=dict)
+    failures: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def final_accuracy(self) -> float:
+        return self.rounds[-1].central_accuracy if self.rounds else self.initial_accuracy
+
+
+def sample_clients(seed: int, server_round: int, fraction: float, eligible: list[int], num_clients: int,
+                   purpose: str) -> list[int]:
+    """The strategy's seeded sample (PrivateFedAvg._sample) with partition ids as node ids."""
+    size = min(len(eligible), max(1, int(num_clients * fraction)))
+    return random.Random(f"{seed}/{purpose}/{server_round}").sample(sorted(eligible), size)
+
+
+def client_spec(config: RunConfig, partition_id: int, num_clients: int, num_examples: int) -> MechanismSpec:
+    """The client's mechanism spec, as client_app._mechanism builds it (plus num_examples)."""
+    sample_rate = config.batch_size / num_examples
+    if not 0.0 < sample_rate < 1.0:
+        raise ValueError(
+            f"batch-size={config.batch_size:g} needs a sampling rate batch-size/examples < 1, but client "
+            f"{partition_id} has {num_examples} examples: lower batch-size below {num_examples}"
+        )
+    return MechanismSpec(
+        name=config.mechanism,
+        target_epsilon=config.target_epsilon_for(partition_id, num_clients),
+        delta=config.delta,
+        sample_rate=sample_rate,
+        planned_steps=config.local_steps_per_round(sample_rate) * config.budget_rounds,
+        alpha=config.alpha,
+        max_grad_norm=config.max_grad_norm,
+        num_examples=num_examples,
+    )
+
+
+def _train_client(
+    config: RunConfig, state: ClientState, partition_id: int, num_clients: int, global_state: dict, server_round: int
+) -> RecordDict:
+    """One client's round: train from the global weights; return its update weighted by its examples."""
+    shard = client_shard(config, partition_id, num_clients)
+    mechanism = state.mechanism
+    model = build_run_model(config, federated_split(config, num_clients).data).to(shard.train_x.device)
+    model.load_state_dict(global_state)
+    wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, config.learning_rate))
+    generator = torch.Generator(device=shard.train_x.device)
+    generator.manual_seed(int(np.random.SeedSequence([config.seed, partition_id, server_round]).generate_state(1)[0]))
+    steps = config.local_steps_per_round(mechanism.sample_rate)
+    train_locally(wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate,
+                  generator, augmentation(config))
+    metrics = MetricRecord({"num-examples": shard.num_examples})
+    return RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics})
+
+
+def _federated_accuracy(config: RunConfig, model: nn.Module, clients: list[int], num_clients: int) -> float:
+    """Accuracy of the global model on the sampled clients' local test shares, weighted by their sizes."""
+    correct, total = 0.0, 0
+    for partition_id in clients:
+        shard = client_shard(config, partition_id, num_clients)
+        _, accuracy = evaluate(model, shard.test_x, shard.test_y)
+        correct += accuracy * shard.test_y.shape[0]
+        total += int(shard.test_y.shape[0])
+    return correct / total if total else math.nan
+
+
+class FedAvgLoop:
+    """The federated run of the app, one round at a time (see the module docstring)."""
+
+    def __init__(self, config: RunConfig, num_clients: int) -> None:
+        self.config = config
+        self.num_clients = num_clients
+        data = federated_split(config, num_clients).data
+        device = resolve_device(config.device)
+        self.model = initial_model(config, data).to(device)
+        self.test_x, self.test_y = data.test_x.to(device), data.test_y.to(device)
+        self.clients: dict[int, ClientState] = {}
+        self.exhausted: set[int] = set()
+        self.failures: dict[int, str] = {}
+
+    def _state(self, partition_id: int) -> ClientState:
+        """The client's mechanism: calibrated at its first round, then kept."""
+        if partition_id not in self.clients:
+            num_examples = client_shard(self.config, partition_id, self.num_clients).num_examples
+            spec = client_spec(self.config, partition_id, self.num_clients, num_examples)
+            self.clients[partition_id] = ClientState(build_mechanism(spec), spec.target_epsilon)
+        return self.clients[partition_id]
+
+    def _round_updates(self, server_round: int) -> tuple[list[RecordDict], int, int] | None:
+        """Train the sampled clients; None when no client can train (the run ends)."""
+        eligible = [c for c in range(self.num_clients) if c not in self.exhausted]
+        if not eligible:
+            return None
+        chosen = sample_clients(self.config.seed, server_round, self.config.fraction_train, eligible,
+                                self.num_clients, "train")
+        global_state = self.model.state_dict()
+        updates, refused, failed = [], 0, 0
+        for partition_id in chosen:
+            try:
+                state = self._state(partition_id)
+            except ValueError as error:  # the app's SETUP_FAILED reply: this round goes on without it
+                self.failures[partition_id] = str(error)
+                failed += 1
+                continue
+            steps = self.config.local_steps_per_round(state.mechanism.sample_rate)
+            if state.mechanism.would_exceed(steps, state.target_epsilon):
+                self.exhausted.add(partition_id)
+                refused += 1
+                continue
+            updates.append(_train_client(self.config, state, partition_id, self.num_clients, global_state,
+                                         server_round))
+            if state.mechanism.would_exceed(steps, state.target_epsilon):
+                self.exhausted.add(partition_id)
+        return updates, refused, failed
+
+    def run_round(self, server_round: int) -> LoopRound | None:
+        """Train, aggregate, evaluate; None when no client can train."""
+        start = time.perf_counter()
+        outcome = self._round_updates(server_round)
+        if outcome is None:
+            return None
+        updates, refused, failed = outcome
+        if updates:
+            averaged = aggregate_arrayrecords(updates, "num-examples").to_torch_state_dict()
+            self.model.load_state_dict(averaged)
+        evaluated = [] if not self.config.fraction_evaluate else sample_clients(
+            self.config.seed, server_round, self.config.fraction_evaluate, list(range(self.num_clients)),
+            self.num_clients, "evaluate")
+        federated = _federated_accuracy(self.config, self.model, evaluated, self.num_clients)
+        loss, accuracy = evaluate(self.model, self.test_x, self.test_y)
+        return LoopRound(
+            round=server_round, central_accuracy=accuracy, central_loss=loss, federated_accuracy=federated,
+            trained=len(updates), refused=refused, failed=failed, max_epsilon=self.max_epsilon(),
+            seconds=time.perf_counter() - start,
+        )
+
+    def max_epsilon(self) -> float:
+        """The largest eps (at config.delta) any client has spent so far."""
+        return max((s.mechanism.epsilon(self.config.delta) for s in self.clients.values()), default=0.0)
+
+
+def run_fedavg(
+    config: RunConfig, num_clients: int, on_round: Callable[[LoopRound], None] | None = None
+) -> LoopResult:
+    """Run config.num_server_rounds rounds (fewer if every client is spent); call on_round after each."""
+    loop = FedAvgLoop(config, num_clients)
+    _, initial_accuracy = evaluate(loop.model, loop.test_x, loop.test_y)
+    result = LoopResult(initial_accuracy=initial_accuracy)
+    for server_round in range(1, config.num_server_rounds + 1):
+        record = loop.run_round(server_round)
+        if record is None:
+            break
+        result.rounds.append(record)
+        if on_round is not None:
+            on_round(record)
+    result.client_epsilons = {c: s.mechanism.epsilon(config.delta) for c, s in sorted(loop.clients.items())}
+    result.failures = dict(loop.failures)
+    return result

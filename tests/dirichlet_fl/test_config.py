@@ -1,0 +1,63 @@
+"""The run config: pyproject defaults, coercion of --run-config values, and clear errors."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from dirichlet_fl.config import RunConfig
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def test_pyproject_defaults_are_the_dataclass_defaults() -> None:
+    app_config = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
+    assert RunConfig.from_run_config(app_config) == RunConfig()
+    assert set(app_config) == set(RunConfig().to_run_config())
+
+
+def test_string_overrides_are_coerced() -> None:
+    config = RunConfig.from_run_config({"num-server-rounds": "7", "target-epsilon": "2", "audit": "true"})
+    assert (config.num_server_rounds, config.target_epsilon, config.audit) == (7, 2.0, True)
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("target-epsilon", 0, "target-epsilon=0.0 is out of range"),
+        ("delta", 1.5, "delta=1.5 is out of range"),
+        ("mechanism", "laplace", "choose one of dirichlet, dpsgd, none"),
+        ("num-server-rounds", 2.5, "expected an integer"),
+        ("fraction-train", 0.0, "fraction-train=0.0 is out of range"),
+        ("client-epsilons", "1,x", "comma-separated numbers"),
+        ("client-epsilons", "1,-2", r"client-epsilons\[1\]=-2.0"),
+        ("audit", "maybe", "use true or false"),
+        ("partitioner", "natural", "needs site-file"),
+        ("device", "tpu", "device='tpu' is invalid"),
+    ],
+)
+def test_invalid_values_name_the_key_and_the_range(key: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RunConfig.from_run_config({key: value})
+
+
+def test_unknown_keys_are_refused_with_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match="unknown run-config keys \\['epsilon'\\]"):
+        RunConfig.from_run_config({"epsilon": 1.0})
+
+
+def test_per_client_budgets() -> None:
+    config = RunConfig.from_run_config({"client-epsilons": "1, 2.5,4"})
+    assert [config.target_epsilon_for(i, 3) for i in range(3)] == [1.0, 2.5, 4.0]
+    with pytest.raises(ValueError, match="exactly one target per client"):
+        config.target_epsilon_for(0, 4)
+    assert RunConfig(target_epsilon=3.0).target_epsilon_for(5, 10) == 3.0
+
+
+def test_budget_rounds_and_local_steps() -> None:
+    assert RunConfig(num_server_rounds=10).budget_rounds == 10
+    assert RunConfig(num_server_rounds=10, calibration_rounds=4).budget_rounds == 4
+    assert RunConfig(local_epochs=2.0).local_steps_per_round(0.01) == 200
+    assert RunConfig(local_steps=7).local_steps_per_round(0.01) == 7

@@ -1,0 +1,69 @@
+"""End to end on Flower's real simulation engine (Ray): the results folder, budgets, reproducibility."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from dirichlet_fl.simulation import simulate
+
+SMALL = {"num-server-rounds": 3, "local-steps": 15, "partitioner": "iid", "learning-rate": 0.5}
+
+
+def run(tmp_path: Path, name: str, clients: int, **overrides) -> Path:
+    simulate(SMALL | {"results-dir": str(tmp_path), "run-name": name} | overrides, num_supernodes=clients)
+    return tmp_path / name
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def budget_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Budgets planned for 2 of 3 rounds, one client with its own eps: clients stop when spent."""
+    return run(tmp_path_factory.mktemp("runs"), "budget", 3, **{"calibration-rounds": 2, "client-epsilons": "1,2,4"})
+
+
+def test_results_folder_is_complete(budget_run: Path) -> None:
+    for name in ("config.json", "rounds.csv", "ledger.csv", "model.pt", "summary.json"):
+        assert (budget_run / name).is_file(), name
+    config = json.loads((budget_run / "config.json").read_text())
+    assert config["num_clients"] == 3 and config["run_config"]["calibration-rounds"] == 2
+    summary = json.loads((budget_run / "summary.json").read_text())
+    assert isinstance(summary["final_accuracy"], float) and summary["rounds"] == 2
+    assert "inputs only" in summary["epsilon_covers"]
+
+
+def test_no_client_exceeds_its_budget_and_spent_clients_stop(budget_run: Path) -> None:
+    summary = json.loads((budget_run / "summary.json").read_text())
+    targets = [client["target_epsilon"] for client in summary["clients"]]
+    assert targets == [1.0, 2.0, 4.0]
+    for client in summary["clients"]:
+        assert 0.99 * client["target_epsilon"] < client["epsilon"] <= client["target_epsilon"]
+        assert client["steps"] == 30 and client["delta"] == 1e-5
+    ledger = rows(budget_run / "ledger.csv")
+    assert {row["status"] for row in ledger if row["round"] == "2"} == {"trained"}
+    assert len(rows(budget_run / "rounds.csv")) == 2  # round 3: nobody can train, the run ends cleanly
+    assert all(float(row["epsilon"]) <= float(row["target_epsilon"]) for row in ledger)
+
+
+def test_training_improves_on_round_zero(budget_run: Path) -> None:
+    accuracy = float(rows(budget_run / "rounds.csv")[-1]["central_accuracy"])
+    summary = json.loads((budget_run / "summary.json").read_text())
+    assert accuracy == summary["final_accuracy"] > 0.3  # chance is 0.1 on ten digit classes
+
+
+def test_a_seed_fixes_client_sampling_and_each_clients_eps(tmp_path: Path) -> None:
+    settings = {"fraction-train": 0.5, "num-server-rounds": 3, "local-steps": 3, "fraction-evaluate": 0.0}
+    first, second = (run(tmp_path, name, 4, **settings) for name in ("a", "b"))
+    ledger_a, ledger_b = rows(first / "ledger.csv"), rows(second / "ledger.csv")
+    assert [(r["round"], r["client"], r["status"], r["epsilon"]) for r in ledger_a] == [
+        (r["round"], r["client"], r["status"], r["epsilon"]) for r in ledger_b
+    ]
+    trained = [r["client"] for r in ledger_a if r["status"] == "trained"]
+    assert len(trained) == 3 * 2 and len(set(trained)) > 2  # half the clients each round, not always the same
