@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH"                            # flwr starts flower-superlink from PATH
 export FLWR_HOME="$PWD/.flwr"                                  # Flower's config and local SuperLink live here
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1           # use .venv; never `uv sync` from the internet
 export FLWR_TELEMETRY_ENABLED=0

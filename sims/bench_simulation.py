@@ -13,7 +13,12 @@ client and warms caches). Fixed start-up: wall time of the process minus R x the
 everything that does not grow with the number of rounds. Peak memory: the largest sum of resident
 set sizes over the child and all its descendants (Ray's GCS, raylet, workers and actors), sampled
 from /proc every 0.2 s. RSS counts shared pages once per process, so the sum over-states memory
-that processes share (torch's libraries, Ray's object store); it is the conservative figure.
+that processes share (torch's libraries, Ray's object store); it is the conservative figure, and
+the peak sum of proportional set sizes (PSS, shared pages split among their users) is reported
+beside it, with each process's share at the peak.
+
+The loop runs torch with the threads a Flower client gets (THREADS_PER_CLIENT), so that the two
+kinds differ by the engine only.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ SAMPLE_INTERVAL = 0.2
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TARGET_OVERHEAD_SECONDS = 0.5
 TARGET_PEAK_BYTES = 3 * 1024**3
+THREADS_PER_CLIENT = 1
+"""Torch threads in the loop: what Ray gives each ClientApp actor (OMP_NUM_THREADS = its 1 CPU). With 2
+threads on a busy 2-core machine, tiny OpenMP-parallel ops wait for a descheduled thread and a round
+can take 10x longer (measured: 0.05-0.1 s against 0.4-2.4 s)."""
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -56,37 +65,52 @@ def _children_map() -> dict[int, list[int]]:
     return children
 
 
-def tree_rss(root: int) -> tuple[int, int]:
-    """(summed resident bytes, process count) of `root` and all its descendants."""
+def _read_memory(pid: int) -> tuple[str, int, int] | None:
+    """(command name, resident bytes, proportional set size bytes) of one process, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as handle:
+            name = handle.read().strip()
+        with open(f"/proc/{pid}/statm") as handle:
+            rss = int(handle.read().split()[1]) * PAGE_SIZE
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            pss = next(int(line.split()[1]) * 1024 for line in handle if line.startswith("Pss:"))
+    except (OSError, StopIteration):
+        return None
+    return name, rss, pss
+
+
+def tree_memory(root: int) -> list[tuple[str, int, int]]:
+    """_read_memory of `root` and every descendant still alive."""
     children = _children_map()
-    pending, total, count = [root], 0, 0
+    pending, found = [root], []
     while pending:
         pid = pending.pop()
         pending.extend(children.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/statm") as handle:
-                total += int(handle.read().split()[1]) * PAGE_SIZE
-            count += 1
-        except OSError:
-            continue
-    return total, count
+        memory = _read_memory(pid)
+        if memory is not None:
+            found.append(memory)
+    return found
 
 
 class PeakMemory(threading.Thread):
-    """Samples tree_rss(pid) every SAMPLE_INTERVAL seconds until stopped; keeps the peak."""
+    """Samples tree_memory(pid) every SAMPLE_INTERVAL seconds until stopped; keeps the sample with the
+    largest RSS sum (and the largest PSS sum, which counts shared pages once)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         self.pid = pid
-        self.peak_bytes = 0
-        self.peak_processes = 0
+        self.peak_rss = 0
+        self.peak_pss = 0
+        self.at_peak: list[tuple[str, int, int]] = []
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            total, count = tree_rss(self.pid)
-            if total > self.peak_bytes:
-                self.peak_bytes, self.peak_processes = total, count
+            sample = tree_memory(self.pid)
+            rss = sum(m[1] for m in sample)
+            if rss > self.peak_rss:
+                self.peak_rss, self.at_peak = rss, sample
+            self.peak_pss = max(self.peak_pss, sum(m[2] for m in sample))
             self._stop_event.wait(SAMPLE_INTERVAL)
 
     def stop(self) -> None:
@@ -114,8 +138,11 @@ def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path) -
     if code != 0:
         raise RuntimeError(f"{kind} run failed with exit code {code}; see {out / 'child.log'}")
     rounds = json.loads((out / "round_seconds.json").read_text())
-    return {"kind": kind, "wall_seconds": wall, "round_seconds": rounds, "peak_rss_bytes": sampler.peak_bytes,
-            "peak_processes": sampler.peak_processes, "final_accuracy": _final_accuracy(out)}
+    processes = sorted(sampler.at_peak, key=lambda m: -m[1])
+    return {"kind": kind, "wall_seconds": wall, "round_seconds": rounds, "peak_rss_bytes": sampler.peak_rss,
+            "peak_pss_bytes": sampler.peak_pss, "processes_at_peak": [
+                {"name": name, "rss_bytes": rss, "pss_bytes": pss} for name, rss, pss in processes],
+            "final_accuracy": _final_accuracy(out)}
 
 
 def _final_accuracy(out: Path) -> float:
@@ -143,10 +170,14 @@ def _child_flower(overrides: dict[str, Any], clients: int, out: Path) -> None:
 
 
 def _child_loop(overrides: dict[str, Any], clients: int, out: Path) -> None:
-    """The same run as a plain loop; per-round durations measured in the loop."""
+    """The same run as a plain loop; per-round durations measured in the loop. Torch gets the threads a
+    Flower client gets: Ray sets OMP_NUM_THREADS to the actor's CPUs (simulate's default: 1)."""
+    import torch
+
     from dirichlet_fl.config import RunConfig
     from sims.fedavg_loop import run_fedavg
 
+    torch.set_num_threads(THREADS_PER_CLIENT)
     config = RunConfig.from_run_config(get_fused_config_from_dir(APP_DIR, overrides))
     result = run_fedavg(config, clients)
     (out / "round_seconds.json").write_text(json.dumps([r.seconds for r in result.rounds]))
@@ -183,6 +214,7 @@ def _summarise(runs: list[dict[str, Any]]) -> dict[str, float]:
         "wall_seconds": statistics.median([run["wall_seconds"] for run in runs]),
         "peak_rss_bytes": statistics.median([run["peak_rss_bytes"] for run in runs]),
         "max_peak_rss_bytes": max(run["peak_rss_bytes"] for run in runs),
+        "peak_pss_bytes": statistics.median([run["peak_pss_bytes"] for run in runs]),
         "final_accuracy": statistics.median([run["final_accuracy"] for run in runs]),
     }
 
@@ -224,7 +256,8 @@ def summary_lines(report: dict[str, object]) -> list[str]:
         s = report[kind]
         lines.append(
             f"  {kind:<6} fixed {s['fixed_seconds']:6.2f} s  steady {s['steady_seconds_per_round']:6.3f} s/round  "
-            f"wall {s['wall_seconds']:6.2f} s  peak RSS {s['peak_rss_bytes'] / 1024**3:5.2f} GB  "
+            f"wall {s['wall_seconds']:6.2f} s  peak RSS {s['peak_rss_bytes'] / 1024**3:5.2f} GB "
+            f"(PSS {s['peak_pss_bytes'] / 1024**3:4.2f} GB)  "
             f"final accuracy {s['final_accuracy']:.4f}"
         )
     for key, target in report["targets"].items():
