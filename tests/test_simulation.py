@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dirichlet_fl.simulation import simulate
@@ -67,3 +68,22 @@ def test_a_seed_fixes_client_sampling_and_each_clients_eps(tmp_path: Path) -> No
     ]
     trained = [r["client"] for r in ledger_a if r["status"] == "trained"]
     assert len(trained) == 3 * 2 and len(set(trained)) > 2  # half the clients each round, not always the same
+
+
+def test_dermamnist_file_with_a_dirichlet_split_runs_end_to_end(tmp_path: Path) -> None:
+    """A file in medmnist's real .npz format, loaded by medmnist's class, trained on by 3 clients."""
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for split, count in (("train", 280), ("val", 40), ("test", 70)):
+        arrays[f"{split}_images"] = rng.integers(0, 256, (count, 28, 28, 3), dtype=np.uint8)
+        arrays[f"{split}_labels"] = rng.integers(0, 7, (count, 1), dtype=np.uint8)
+    np.savez(tmp_path / "dermamnist.npz", **arrays)
+    folder = run(
+        tmp_path, "derma", 3,
+        **{"dataset": "dermamnist", "data-root": str(tmp_path), "partitioner": "dirichlet", "beta": 1.0,
+           "num-server-rounds": 2, "local-steps": 3, "target-epsilon": 4.0, "fraction-evaluate": 0.0},
+    )
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["rounds"] == 2 and len(summary["clients"]) == 3
+    assert sum(client["steps"] for client in summary["clients"]) == 3 * 2 * 3
+    assert all(client["epsilon"] <= 4.0 for client in summary["clients"])
