@@ -11,9 +11,14 @@ from flwr.supercore.task_identity import TaskIdentity
 from dirichlet_fl.simulation import APP_DIR
 
 
+def set_task_identity() -> None:
+    """Messages read their run id from the process's task identity, which a SuperNode would set."""
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+
+
 def client_context(overrides: dict[str, Any], partition_id: int = 0, num_partitions: int = 2) -> Context:
     """The Context a SuperNode would hand the ClientApp, with the app's fused run config."""
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    set_task_identity()
     run_config = get_fused_config_from_dir(APP_DIR, overrides)
     node_config = {"partition-id": partition_id, "num-partitions": num_partitions}
     return Context(run_id=1, node_id=7, node_config=node_config, state=RecordDict(), run_config=run_config)

@@ -1,0 +1,348 @@
+"""`bench accuracy`: test accuracy against eps for no privacy, the Dirichlet mechanism and DP-SGD, federated
+(IID and Dirichlet non-IID) and centralized, like the paper's Figure 1b.
+
+Every cell (split x mechanism x eps x seed) is one federated run of sims.fedavg_loop, the app's
+arithmetic without the Flower engine, so that the sweep fits a 2-core machine; runs go to a pool of
+single-threaded worker processes. The splits: `iid` and `noniid` (Dirichlet label skew, beta 0.3)
+over 10 clients, and `central` (one client holding all the training data), all with the same
+rounds, local epochs and batch size, so every example is visited as often in each.
+
+Learning rates: one rate for no privacy; the Dirichlet mechanism's rate is that rate divided by
+kappa(s_y = 0.9) at the run's r* (Theorem 11, privacy.dirichlet.attenuation), so that a private
+step moves like a plain one on average. r* is solved for the nominal client (training examples /
+clients, the actual size in the IID splits); clients of other sizes calibrate their own r* but share
+the run's rate, as in the app. DP-SGD has its own rate (clipped, noised, averaged over the expected
+batch). A Dirichlet cell whose eps lies at or below some client's Theorem 10 floor is reported as
+'unreachable (floor X)', with X the largest client floor, instead of being run.
+
+Every eps printed is at delta = 1e-5. Outputs: runs.csv (one row per run, written as runs finish),
+table.csv and table.md (mean and standard deviation over seeds), accuracy_vs_epsilon.png, sweep.json
+(the resolved configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import multiprocessing
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.task import federated_split
+from privacy.analysis import calibrate_r, epsilon_floor
+from privacy.dirichlet import attenuation
+from sims.fedavg_loop import client_spec, run_fedavg
+
+DELTA = 1e-5
+EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
+MECHANISMS = ("none", "dirichlet", "dpsgd")
+SPLITS = ("iid", "noniid", "central")
+RUN_COLUMNS = ["split", "mechanism", "epsilon", "delta", "seed", "status", "accuracy", "max_client_epsilon",
+               "floor", "learning_rate", "noise", "failed_clients", "seconds"]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Everything the sweep holds fixed across cells (saved as sweep.json)."""
+
+    dataset: str = "mnist-idx"
+    data_root: str = "/work/shared/data/mnist-t10k"
+    num_clients: int = 10
+    beta: float = 0.3
+    model: str = "cnn"
+    rounds: int = 5
+    local_epochs: float = 1.0
+    batch_size: int = 16
+    learning_rate: float = 0.1
+    dpsgd_learning_rate: float = 1.0
+    max_grad_norm: float = 1.0
+    alpha: float = 3.0
+    seeds: tuple[int, ...] = (0, 1, 2)
+    epsilons: tuple[float, ...] = EPSILONS
+    splits: tuple[str, ...] = SPLITS
+    mechanisms: tuple[str, ...] = MECHANISMS
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run: a split, a mechanism, a target eps (inf for none) and a seed."""
+
+    split: str
+    mechanism: str
+    epsilon: float
+    seed: int
+
+
+def clients_of(sweep: Sweep, split: str) -> int:
+    return 1 if split == "central" else sweep.num_clients
+
+
+def run_config(sweep: Sweep, cell: Cell, learning_rate: float) -> RunConfig:
+    """The app's run config for a cell (client evaluation off: the sweep reports central accuracy)."""
+    config = RunConfig(
+        num_server_rounds=sweep.rounds, seed=cell.seed, dataset=sweep.dataset, data_root=sweep.data_root,
+        partitioner="dirichlet" if cell.split == "noniid" else "iid", beta=sweep.beta, model=sweep.model,
+        mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
+        delta=DELTA, alpha=sweep.alpha, max_grad_norm=sweep.max_grad_norm, batch_size=sweep.batch_size,
+        local_epochs=sweep.local_epochs, optimizer="sgd", learning_rate=learning_rate, device="cpu",
+        fraction_evaluate=0.0, results_dir="",
+    )
+    config.validate()
+    return config
+
+
+def dirichlet_learning_rate(sweep: Sweep, cell: Cell, num_train: int) -> float:
+    """The plain rate divided by kappa(0.9) at r* of the nominal client (Theorem 11)."""
+    nominal = run_config(sweep, cell, sweep.learning_rate)
+    clients = clients_of(sweep, cell.split)
+    spec = client_spec(nominal, 0, clients, num_train // clients)
+    r = calibrate_r(cell.epsilon, DELTA, spec.sample_rate, spec.planned_steps, sweep.alpha).r
+    return sweep.learning_rate / attenuation(0.9, r, sweep.alpha)
+
+
+def client_floor(config: RunConfig, clients: int) -> float:
+    """The largest Theorem 10 floor over the run's clients (each has its own q and T)."""
+    split = federated_split(config, clients)
+    floors = []
+    for partition_id, part in enumerate(split.train_parts):
+        spec = client_spec(config, partition_id, clients, len(part))
+        floors.append(epsilon_floor(spec.sample_rate, spec.planned_steps, DELTA).epsilon)
+    return max(floors)
+
+
+def run_cell(sweep: Sweep, cell: Cell) -> dict[str, object]:
+    """One run of the sweep; returns its runs.csv row."""
+    start = time.perf_counter()
+    clients = clients_of(sweep, cell.split)
+    row: dict[str, object] = {**asdict(cell), "delta": DELTA, "floor": "", "noise": "", "failed_clients": 0}
+    rate = {"none": sweep.learning_rate, "dpsgd": sweep.dpsgd_learning_rate}.get(cell.mechanism)
+    if cell.mechanism == "dirichlet":
+        config = run_config(sweep, cell, sweep.learning_rate)
+        floor = client_floor(config, clients)
+        row["floor"] = floor
+        if cell.epsilon <= floor:
+            return {**row, "status": "unreachable", "accuracy": "", "max_client_epsilon": "", "learning_rate": "",
+                    "seconds": time.perf_counter() - start}
+        rate = dirichlet_learning_rate(sweep, cell, len(federated_split(config, clients).data.train_y))
+    config = run_config(sweep, cell, rate)
+    result = run_fedavg(config, clients)
+    return {**row, "status": "ok", "accuracy": result.final_accuracy,
+            "max_client_epsilon": max(result.client_epsilons.values(), default=0.0),
+            "learning_rate": rate, "failed_clients": len(result.failures),
+            "seconds": time.perf_counter() - start}
+
+
+def cells(sweep: Sweep) -> list[Cell]:
+    """Every cell, DP-SGD first (the slowest runs start first, which balances the pool)."""
+    order = sorted(sweep.mechanisms, key=lambda m: ("dpsgd", "dirichlet", "none").index(m))
+    return [
+        Cell(split, mechanism, epsilon, seed)
+        for mechanism in order
+        for split in sweep.splits
+        for epsilon in ((math.inf,) if mechanism == "none" else sweep.epsilons)
+        for seed in sweep.seeds
+    ]
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _run_packed(packed: tuple[Sweep, Cell]) -> dict[str, object]:
+    return run_cell(*packed)
+
+
+def run_all(sweep: Sweep, workers: int, runs_csv: Path) -> list[dict[str, object]]:
+    """Run every cell on `workers` processes (1: in this process), appending rows to runs_csv as they end."""
+    todo = [(sweep, cell) for cell in cells(sweep)]
+    rows = []
+    with open(runs_csv, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, RUN_COLUMNS)
+        writer.writeheader()
+        if workers == 1:
+            results = map(_run_packed, todo)
+            rows = _collect(results, writer, handle, len(todo))
+        else:
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(workers, initializer=_init_worker) as pool:
+                rows = _collect(pool.imap_unordered(_run_packed, todo), writer, handle, len(todo))
+    return rows
+
+
+def _collect(results, writer: csv.DictWriter, handle, total: int) -> list[dict[str, object]]:
+    rows = []
+    for row in results:
+        rows.append(row)
+        writer.writerow(row)
+        handle.flush()
+        accuracy = f"{row['accuracy']:.4f}" if row["status"] == "ok" else row["status"]
+        print(f"[{len(rows)}/{total}] {row['split']} {row['mechanism']} eps={row['epsilon']:g} (delta={DELTA:g}) "
+              f"seed {row['seed']}: {accuracy} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
+    return rows
+
+
+def summarise(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Mean and standard deviation of accuracy per (split, mechanism, eps), or the floor if unreachable."""
+    groups: dict[tuple, list[dict[str, object]]] = {}
+    for row in rows:
+        groups.setdefault((row["split"], row["mechanism"], row["epsilon"]), []).append(row)
+    table = []
+    for (split, mechanism, epsilon), members in sorted(groups.items(), key=lambda item: _order(item[0])):
+        entry: dict[str, object] = {"split": split, "mechanism": mechanism, "epsilon": epsilon, "delta": DELTA}
+        if any(m["status"] == "unreachable" for m in members):
+            entry.update(status="unreachable", floor=max(float(m["floor"]) for m in members))
+        else:
+            accuracies = [float(m["accuracy"]) for m in members]
+            entry.update(status="ok", seeds=len(accuracies), mean=statistics.mean(accuracies),
+                         std=statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0)
+        table.append(entry)
+    return table
+
+
+def _order(key: tuple) -> tuple:
+    split, mechanism, epsilon = key
+    return SPLITS.index(split), MECHANISMS.index(mechanism), epsilon
+
+
+def _cell_text(entry: dict[str, object] | None) -> str:
+    if entry is None:
+        return "-"
+    if entry["status"] == "unreachable":
+        return f"unreachable (floor {entry['floor']:.3f})"
+    return f"{100 * entry['mean']:.2f} ± {100 * entry['std']:.2f}"
+
+
+def markdown_table(table: list[dict[str, object]], sweep: Sweep) -> str:
+    """Accuracy (%) mean ± std over seeds: a row per (mechanism, eps), a column per split."""
+    index = {(e["split"], e["mechanism"], e["epsilon"]): e for e in table}
+    splits = [s for s in SPLITS if s in sweep.splits]
+    lines = [f"| mechanism | eps (delta={DELTA:g}) | " + " | ".join(splits) + " |",
+             "|---|---|" + "---|" * len(splits)]
+    keys = sorted({(e["mechanism"], e["epsilon"]) for e in table}, key=lambda k: (MECHANISMS.index(k[0]), k[1]))
+    for mechanism, epsilon in keys:
+        cells_text = [_cell_text(index.get((split, mechanism, epsilon))) for split in splits]
+        lines.append(f"| {mechanism} | {'inf' if math.isinf(epsilon) else f'{epsilon:g}'} | " + " | ".join(cells_text)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(table: list[dict[str, object]], sweep: Sweep, path: Path) -> None:
+    """Accuracy against eps, one line per mechanism with std error bars, one panel per split."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    splits = [s for s in SPLITS if s in sweep.splits]
+    figure = Figure(figsize=(4.2 * len(splits), 3.6), constrained_layout=True)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, len(splits), sharey=True, squeeze=False)[0]
+    for axis, split in zip(axes, splits):
+        _plot_split(axis, [e for e in table if e["split"] == split and e["status"] == "ok"], sweep)
+        axis.set_title({"iid": f"IID, {sweep.num_clients} clients",
+                        "noniid": f"non-IID (beta {sweep.beta:g}), {sweep.num_clients} clients",
+                        "central": "centralized (1 client)"}[split])
+        axis.set_xlabel(f"eps (delta={DELTA:g})")
+    axes[0].set_ylabel("test accuracy")
+    axes[0].legend(loc="lower right")
+    figure.savefig(path, dpi=120)
+
+
+def _plot_split(axis, entries: list[dict[str, object]], sweep: Sweep) -> None:
+    for mechanism, color in (("dirichlet", "tab:blue"), ("dpsgd", "tab:orange")):
+        points = sorted((e["epsilon"], e["mean"], e["std"]) for e in entries if e["mechanism"] == mechanism)
+        if points:
+            x, y, err = zip(*points)
+            axis.errorbar(x, y, yerr=err, marker="o", capsize=3, color=color,
+                          label={"dirichlet": "Dirichlet (Alg. 1)", "dpsgd": "DP-SGD (Opacus)"}[mechanism])
+    for e in entries:
+        if e["mechanism"] == "none":
+            axis.axhline(e["mean"], color="gray", linestyle="--", label="no privacy")
+            axis.axhspan(e["mean"] - e["std"], e["mean"] + e["std"], color="gray", alpha=0.15)
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(list(sweep.epsilons), [f"{e:g}" for e in sweep.epsilons])
+    axis.grid(alpha=0.3)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `bench accuracy` (defaults: the full sweep)."""
+    defaults = Sweep()
+    parser.add_argument("--quick", action="store_true",
+                        help="one seed, eps in {1, 4}, 2 rounds: a few minutes, to check the pipeline")
+    parser.add_argument("--dataset", default=defaults.dataset)
+    parser.add_argument("--data-root", default=defaults.data_root)
+    parser.add_argument("--num-clients", type=int, default=defaults.num_clients)
+    parser.add_argument("--seeds", type=int, default=len(defaults.seeds), help="seeds 0..N-1 (default 3)")
+    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in defaults.epsilons),
+                        help="comma-separated target eps values, at delta=1e-5")
+    parser.add_argument("--splits", default=",".join(defaults.splits), help=f"subset of {','.join(SPLITS)}")
+    parser.add_argument("--mechanisms", default=",".join(defaults.mechanisms), help=f"subset of {','.join(MECHANISMS)}")
+    parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--local-epochs", type=float, default=defaults.local_epochs)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate,
+                        help="plain SGD rate; the Dirichlet rate is this / kappa")
+    parser.add_argument("--dpsgd-learning-rate", type=float, default=defaults.dpsgd_learning_rate)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes, one thread each (default 2)")
+
+
+def _subset(text: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
+    chosen = tuple(item.strip() for item in text.split(",") if item.strip())
+    unknown = [item for item in chosen if item not in allowed]
+    if not chosen or unknown:
+        raise ValueError(f"{option}={text!r} is invalid: choose from {', '.join(allowed)}")
+    return chosen
+
+
+def sweep_from_args(args: argparse.Namespace) -> Sweep:
+    """The Sweep the options describe; --quick overrides seeds, eps values and rounds."""
+    try:
+        epsilons = tuple(sorted(float(item) for item in args.epsilons.split(",")))
+    except ValueError:
+        raise ValueError(f"--epsilons={args.epsilons!r} is invalid: give comma-separated numbers") from None
+    if not epsilons or min(epsilons) <= 0 or args.seeds < 1 or args.workers < 1 or args.num_clients < 2:
+        raise ValueError("need eps values > 0, --seeds >= 1, --workers >= 1 and --num-clients >= 2")
+    sweep = Sweep(
+        dataset=args.dataset, data_root=args.data_root, num_clients=args.num_clients, rounds=args.rounds,
+        local_epochs=args.local_epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        dpsgd_learning_rate=args.dpsgd_learning_rate, seeds=tuple(range(args.seeds)), epsilons=epsilons,
+        splits=_subset(args.splits, SPLITS, "--splits"), mechanisms=_subset(args.mechanisms, MECHANISMS, "--mechanisms"),
+    )
+    if args.quick:
+        sweep = replace(sweep, seeds=(0,), epsilons=(1.0, 4.0), rounds=2)
+    return sweep
+
+
+def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
+    """Run the sweep; write runs.csv, table.csv, table.md, the plot and sweep.json; return the summary."""
+    sweep = sweep_from_args(args)
+    (out_dir / "sweep.json").write_text(json.dumps({**asdict(sweep), "delta": DELTA}, indent=2) + "\n")
+    start = time.perf_counter()
+    rows = run_all(sweep, args.workers, out_dir / "runs.csv")
+    table = summarise(rows)
+    with open(out_dir / "table.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["split", "mechanism", "epsilon", "delta", "status", "seeds", "mean", "std",
+                                         "floor"])
+        writer.writeheader()
+        writer.writerows(table)
+    (out_dir / "table.md").write_text(markdown_table(table, sweep))
+    plot(table, sweep, out_dir / "accuracy_vs_epsilon.png")
+    return {"seconds": time.perf_counter() - start, "runs": len(rows), "table": table,
+            "files": {name: str(out_dir / name) for name in
+                      ("runs.csv", "table.csv", "table.md", "accuracy_vs_epsilon.png", "sweep.json")},
+            "config": {**asdict(sweep), "delta": DELTA, "workers": args.workers}}
+
+
+def summary_lines(report: dict[str, object]) -> list[str]:
+    """The markdown table and where the files are."""
+    sweep = Sweep(**{k: tuple(v) if isinstance(v, list) else v for k, v in report["config"].items()
+                     if k not in ("delta", "workers")})
+    return [f"{report['runs']} runs in {report['seconds']:.0f} s; accuracy (%) mean ± std over "
+            f"{len(sweep.seeds)} seeds:", markdown_table(report["table"], sweep).rstrip(),
+            f"plot: {report['files']['accuracy_vs_epsilon.png']}"]
