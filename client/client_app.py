@@ -52,6 +52,7 @@ def _mechanism(context: Context, config: RunConfig, num_examples: int) -> tuple[
         planned_steps=steps * config.budget_rounds,
         alpha=config.alpha,
         max_grad_norm=config.max_grad_norm,
+        num_examples=num_examples,
     )
     return build_mechanism(spec), target
 

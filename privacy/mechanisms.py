@@ -4,7 +4,7 @@ Each mechanism owns how one training step turns a Poisson-sampled minibatch into
 the client's ledger (its accountant), which composes exactly the steps that ran. The client code
 is the same for every mechanism:
 
-    mechanism = build_mechanism(spec, num_examples)            # calibrates once per client
+    mechanism = build_mechanism(spec)                          # calibrates once per client
     model, optimizer = mechanism.wrap(model, optimizer)
     if mechanism.would_exceed(steps): refuse
     for each step: mechanism.train_step(...)

@@ -117,7 +117,7 @@ class RunWriter:
                 status = "trained"
                 ledger.epsilon, ledger.steps = metrics["epsilon"], int(metrics["steps"])
                 ledger.target_epsilon, ledger.sample_rate = metrics["target-epsilon"], metrics["sample-rate"]
-                ledger.noise = {k: metrics[k] for k in ("r", "noise-multiplier") if k in metrics}
+                ledger.noise = {k: metrics[k] for k in ("r", "noise_multiplier") if k in metrics}
             elif client in record.refused:
                 status, reason = "refused", record.refused[client]
                 ledger.refused_rounds += 1

@@ -1,0 +1,150 @@
+"""`bench gpu`: seconds per epoch of the paper's CIFAR10 ResNet-18 setting, Dirichlet mechanism vs DP-SGD.
+
+The paper's setting (Section 4.1.2, one client): q = 0.005 (expected batch 250 of 50,000), T = 20,000
+steps (100 epochs of 1/q = 200 steps), alpha = 3, delta = 1e-5, SGD with learning rate 0.1 and no
+momentum, random crop + horizontal flip on the device (dirichlet_fl.data.random_crop_flip). The paper
+reports about 30 s per epoch for Algorithm 1 and about 60 s for DP-SGD on a Quadro RTX 6000.
+
+Training is the app's client loop (client.training.train_locally) with the mechanism from
+privacy.mechanisms.build_mechanism, so what is timed is what a client runs. ResNet-18 uses GroupNorm
+(the project's default: per-example independence, which Opacus needs too); the paper's Dirichlet runs
+used BatchNorm. Each epoch is timed with the device synchronised; the report gives the median epoch
+(the first epoch includes warm-up, so --short, one epoch, over-states a little) and the peak device
+memory. With real CIFAR10 (torchvision's `cifar-10-batches-py` under --data-root) the test accuracy
+after training is reported too; --synthetic uses random CIFAR-shaped data, for smoke runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from client.training import evaluate, make_optimizer, train_locally
+from dirichlet_fl.data import load_dataset, random_crop_flip
+from dirichlet_fl.models import MODELS, build_model
+from dirichlet_fl.task import resolve_device
+from privacy.mechanisms import MechanismSpec, build_mechanism
+
+PAPER_SECONDS_PER_EPOCH = {"dirichlet": 30.0, "dpsgd": 60.0}
+"""Section 4.2 of the paper, Quadro RTX 6000."""
+DELTA = 1e-5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `bench gpu` (defaults: the paper's setting)."""
+    parser.add_argument("--data-root", default=None, help="folder holding cifar-10-batches-py/")
+    parser.add_argument("--synthetic", action="store_true", help="random CIFAR-shaped data instead of CIFAR10")
+    parser.add_argument("--synthetic-size", type=int, default=50_000, help="examples of synthetic data")
+    parser.add_argument("--short", action="store_true", help="one epoch per mechanism")
+    parser.add_argument("--epochs", type=int, default=100, help="epochs per mechanism (default 100 = 20,000 steps)")
+    parser.add_argument("--steps-per-epoch", type=int, default=0, help="default: round(1 / sample rate)")
+    parser.add_argument("--mechanisms", default="dirichlet,dpsgd", help="comma-separated: dirichlet, dpsgd, none")
+    parser.add_argument("--model", choices=MODELS, default="resnet18")
+    parser.add_argument("--sample-rate", type=float, default=0.005)
+    parser.add_argument("--epsilon", type=float, default=4.0, help="target eps at delta=1e-5 (default 4)")
+    parser.add_argument("--alpha", type=float, default=3.0)
+    parser.add_argument("--learning-rate", type=float, default=0.1)
+    parser.add_argument("--max-grad-norm", type=float, default=1.0)
+    parser.add_argument("--device", default="auto", help="auto (cuda if present), cuda or cpu")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _data(args: argparse.Namespace) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """(train x, train y, test x, test y): CIFAR10 from --data-root, or synthetic (no test split)."""
+    if args.synthetic:
+        generator = torch.Generator().manual_seed(args.seed)
+        x = torch.randn(args.synthetic_size, 3, 32, 32, generator=generator)
+        return x, torch.randint(0, 10, (args.synthetic_size,), generator=generator), None, None
+    data = load_dataset("cifar10", args.data_root)
+    return data.train_x, data.train_y, data.test_x, data.test_y
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_mechanism(
+    name: str, args: argparse.Namespace, data: tuple[Tensor, Tensor], epochs: int, device: torch.device
+) -> dict[str, object]:
+    """Train a fresh model with one mechanism for `epochs` epochs; seconds of each epoch and peak memory."""
+    train_x, train_y = data
+    steps = args.steps_per_epoch or round(1.0 / args.sample_rate)
+    spec = MechanismSpec(name, args.epsilon, DELTA, args.sample_rate, steps * epochs, args.alpha,
+                         args.max_grad_norm, num_examples=int(train_y.shape[0]))
+    mechanism = build_mechanism(spec)
+    torch.manual_seed(args.seed)
+    model = build_model(args.model, 3, 10, 32).to(device)
+    wrapped, optimizer = mechanism.wrap(model, make_optimizer("sgd", model, args.learning_rate))
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    seconds = []
+    for _ in range(epochs):
+        _synchronize(device)
+        start = time.perf_counter()
+        train_locally(wrapped, optimizer, mechanism, train_x, train_y, steps, args.sample_rate, generator,
+                      random_crop_flip)
+        _synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    return {
+        "model": model,
+        "epoch_seconds": seconds,
+        "median_epoch_seconds": statistics.median(seconds),
+        "steps_per_epoch": steps,
+        "epsilon": mechanism.epsilon(DELTA),
+        "parameters": mechanism.parameters(),
+        "peak_device_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+    }
+
+
+def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
+    """Train each mechanism and return seconds per epoch, the ratio, and accuracy on real data."""
+    mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
+    if not mechanisms or any(m not in ("dirichlet", "dpsgd", "none") for m in mechanisms):
+        raise ValueError(f"--mechanisms={args.mechanisms!r} is invalid: choose from dirichlet, dpsgd, none")
+    epochs = 1 if args.short else args.epochs
+    if epochs < 1 or args.synthetic_size < 2:
+        raise ValueError("--epochs must be >= 1 and --synthetic-size >= 2")
+    device = resolve_device(args.device)
+    train_x, train_y, test_x, test_y = _data(args)
+    train = (train_x.to(device), train_y.to(device))
+    results = {}
+    for name in mechanisms:
+        outcome = train_mechanism(name, args, train, epochs, device)
+        model = outcome.pop("model")
+        if test_x is not None:
+            outcome["test_accuracy"] = evaluate(model, test_x.to(device), test_y.to(device))[1]
+        results[name] = outcome
+    report: dict[str, object] = {
+        "seconds_per_epoch": {name: r["median_epoch_seconds"] for name, r in results.items()},
+        "mechanisms": results,
+        "paper_seconds_per_epoch": PAPER_SECONDS_PER_EPOCH,
+        "config": {**{k: v for k, v in vars(args).items() if k != "func"}, "epochs": epochs, "delta": DELTA,
+                   "device": str(device), "device_name": torch.cuda.get_device_name(device)
+                   if device.type == "cuda" else "cpu", "examples": int(train_y.shape[0])},
+    }
+    if "dirichlet" in results and "dpsgd" in results:
+        report["dpsgd_over_dirichlet"] = results["dpsgd"]["median_epoch_seconds"] / results["dirichlet"][
+            "median_epoch_seconds"]
+    return report
+
+
+def summary_lines(report: dict[str, object]) -> list[str]:
+    """Seconds per epoch per mechanism, beside the paper's figures."""
+    config = report["config"]
+    lines = [f"{config['model']} on {'synthetic' if config['synthetic'] else 'CIFAR10'} data, "
+             f"{config['device_name']}, {config['epochs']} epoch(s) of {next(iter(report['mechanisms'].values()))['steps_per_epoch']} steps:"]
+    for name, result in report["mechanisms"].items():
+        paper = PAPER_SECONDS_PER_EPOCH.get(name)
+        accuracy = f", test accuracy {result['test_accuracy']:.4f}" if "test_accuracy" in result else ""
+        lines.append(f"  {name:<9} {result['median_epoch_seconds']:8.2f} s/epoch (paper: "
+                     f"{'~%g s' % paper if paper else 'n/a'}), eps {result['epsilon']:.3f} (delta={DELTA:g}){accuracy}")
+    if "dpsgd_over_dirichlet" in report:
+        lines.append(f"  dpsgd/dirichlet = {report['dpsgd_over_dirichlet']:.2f} (paper: ~2)")
+    return lines
