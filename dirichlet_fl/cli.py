@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dirichlet_fl.commands import calibrate, partition
+from dirichlet_fl.commands import audit, bench, calibrate, partition
+from sims import audit_experiment
 
-COMMANDS = (calibrate, partition)
+COMMANDS = (calibrate, partition, audit, audit_experiment, bench)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -79,8 +79,9 @@ def main(grid: Grid, context: Context) -> None:
         from dirichlet_fl.commands.audit import audit_run
 
         report = audit_run(writer.directory)
-        log(INFO, "audit: AUC %.3f, empirical eps lower bound %.3f vs claimed %.3f%s", report.auc,
-            report.eps_lower_bound, report.claimed_eps, "  VIOLATION" if report.violation else "")
+        log(INFO, "audit: AUC %.3f, empirical eps >= %.3f vs claimed %.4f (delta=%g)%s; see %s/audit.json",
+            report.auc, report.eps_lower_bound, report.claimed_eps, config.delta,
+            "  VIOLATION" if report.violation else "", writer.directory)
 
 
 def _summary_lines(config: RunConfig, summary: dict[str, object], directory: Path) -> list[str]:

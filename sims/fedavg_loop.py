@@ -14,8 +14,7 @@ are not sampled again; updates are averaged with Flower's aggregate_arrayrecords
 num-examples; the global model is evaluated on the test split every round (and at round 0), and the
 clients sampled for evaluation evaluate it on their local test shares.
 
-What differs: no messages, no serialisation and no Ray actors. One deliberate difference: the
-client's MechanismSpec carries num_examples, which DP-SGD needs for its expected batch size.
+What differs: no messages, no serialisation and no Ray actors, and clients train one after another.
 """
 
 from __future__ import annotations
@@ -70,11 +69,13 @@ class LoopRound:
 
 @dataclass
 class LoopResult:
-    """A whole run: the initial accuracy, every round, and each client's final eps (at config.delta)."""
+    """A whole run: the initial accuracy, every round, each client's final eps (at config.delta) and its
+    mechanism's calibrated noise parameters."""
 
     initial_accuracy: float
     rounds: list[LoopRound] = field(default_factory=list)
     client_epsilons: dict[int, float] = field(default_factory=dict)
+    client_parameters: dict[int, dict[str, float]] = field(default_factory=dict)
     failures: dict[int, str] = field(default_factory=dict)
 
     @property
@@ -90,7 +91,7 @@ def sample_clients(seed: int, server_round: int, fraction: float, eligible: list
 
 
 def client_spec(config: RunConfig, partition_id: int, num_clients: int, num_examples: int) -> MechanismSpec:
-    """The client's mechanism spec, as client_app._mechanism builds it (plus num_examples)."""
+    """The client's mechanism spec, as client_app._mechanism builds it."""
     sample_rate = config.batch_size / num_examples
     if not 0.0 < sample_rate < 1.0:
         raise ValueError(
@@ -228,5 +229,6 @@ def run_fedavg(
         if on_round is not None:
             on_round(record)
     result.client_epsilons = {c: s.mechanism.epsilon(config.delta) for c, s in sorted(loop.clients.items())}
+    result.client_parameters = {c: s.mechanism.parameters() for c, s in sorted(loop.clients.items())}
     result.failures = dict(loop.failures)
     return result

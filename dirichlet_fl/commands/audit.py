@@ -29,7 +29,6 @@ from privacy.audit import AuditReport, audit, per_example_losses, plot_roc
 from privacy.mechanisms import COVERS
 
 PROG = "dirichlet-fl audit"
-RUN_FILES = ("config.json", "model.pt", "summary.json")
 DEFAULT_MAX_CANDIDATES = 4000
 """Members plus non-members per audit (half each, at most): enough for eps bounds near 2, seconds on a CPU."""
 MAX_PLOTTED_CLIENTS = 10
@@ -223,26 +222,15 @@ def human_report(run_dir: Path, result: RunAudit) -> str:
     return "\n".join(lines)
 
 
-def _missing(run_dir: Path) -> str | None:
-    if not run_dir.is_dir():
-        return f"run folder {run_dir} does not exist"
-    absent = [name for name in RUN_FILES if not (run_dir / name).is_file()]
-    if absent:
-        return f"run folder {run_dir} lacks {', '.join(absent)} (a finished run has {', '.join(RUN_FILES)})"
-    return None
-
-
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
-    problem = _missing(run_dir)
-    if problem is None:
-        try:
-            result = audit_finished_run(load_run(run_dir), max_candidates=args.max_candidates, seed=args.seed)
-            save_audit(run_dir, result)
-        except (OSError, ValueError, KeyError, RuntimeError) as error:
-            problem = f"cannot audit {run_dir}: {error}"
-    if problem is not None:
-        print(f"{PROG}: error: {problem}", file=sys.stderr)
+    try:
+        if not run_dir.is_dir():
+            raise FileNotFoundError(f"run folder {run_dir} does not exist")
+        result = audit_finished_run(load_run(run_dir), max_candidates=args.max_candidates, seed=args.seed)
+        save_audit(run_dir, result)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(result.to_dict()) if args.json else human_report(run_dir, result))
     return 0

@@ -1,0 +1,136 @@
+"""Every `dirichlet-fl bench` benchmark end to end at a tiny size: it runs, writes its folder and prints the
+documented JSON keys. No timing is asserted (the machine's load decides those); relations that hold
+whatever the load (ratios of the reported medians, r* equal to the reference's, the loop reproducing
+Flower's accuracy) are."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from dirichlet_fl.cli import OneLineErrorParser
+from dirichlet_fl.commands import bench
+from sims.fedavg_loop import sample_clients
+from strategies.private_fedavg import PrivateFedAvg
+
+
+def run_bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
+    """Run `dirichlet-fl bench ...` through a parser built as the CLI builds it; return its --json output."""
+    parser = OneLineErrorParser(prog="dirichlet-fl")
+    bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
+    args = parser.parse_args(["bench", *argv, "--json"])
+    assert args.func(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_steps_reports_medians_ratios_and_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["steps", "--repeats", "3", "--warmup", "1", "--batch-size", "4", "--image-size", "8", "--profile",
+            "--out", str(tmp_path)]
+    report = run_bench(argv, capsys)
+
+    medians = report["median_seconds"]
+    assert set(medians) == {"plain", "dirichlet", "opacus"} and all(v > 0 for v in medians.values())
+    assert report["dirichlet_over_plain"] == pytest.approx(medians["dirichlet"] / medians["plain"])
+    assert report["opacus_over_dirichlet"] == pytest.approx(medians["opacus"] / medians["dirichlet"])
+    assert report["config"]["batch_size"] == 4 and report["config"]["input"] == [1, 8, 8]
+    assert set(report["profile_median_seconds"]["opacus"]) == {"forward", "loss", "backward", "optimizer_step"}
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["options"]["repeats"] == 3 and config["machine"]["cores"] >= 1
+    assert json.loads((tmp_path / "results.json").read_text())["median_seconds"] == medians
+
+
+def test_accountant_matches_the_reference_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = run_bench(["accountant", "--repeats", "1", "--reference-configs", "1", "--out", str(tmp_path)], capsys)
+
+    assert report["median_seconds"] > 0 and report["solves"] + len(report["unreachable"]) == 32
+    assert len(report["reference"]) == 1
+    assert report["reference_max_abs_r_difference"] < 1e-9
+    assert report["speedup_over_reference"] > 0
+    assert all(0 < row["r_star"] < row["alpha"] for row in report["grid"] if not row["unreachable"])
+
+
+def test_simulation_loop_reproduces_flower(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two clients: FedAvg's sum does not depend on reply order, so both kinds must agree exactly."""
+    argv = ["simulation", "--runs", "1", "--clients", "2", "--run-config",
+            "num-server-rounds=2 local-steps=2 partitioner='iid'", "--out", str(tmp_path)]
+    report = run_bench(argv, capsys)
+
+    for kind in ("flower", "loop"):
+        summary = report[kind]
+        assert summary["steady_seconds_per_round"] > 0 and summary["wall_seconds"] > summary["fixed_seconds"]
+        assert summary["peak_rss_bytes"] > 0 and summary["peak_pss_bytes"] > 0
+        assert len(report["runs"][kind][0]["round_seconds"]) == 2
+    assert report["flower"]["final_accuracy"] == report["loop"]["final_accuracy"]
+    assert report["overhead_seconds_per_round"] == pytest.approx(
+        report["flower"]["steady_seconds_per_round"] - report["loop"]["steady_seconds_per_round"])
+    assert any(p["name"] == "raylet" for p in report["runs"]["flower"][0]["processes_at_peak"])
+    assert set(report["targets"]) == {"overhead_seconds_per_round", "flower_peak_rss_bytes"}
+
+
+def test_accuracy_sweep_writes_table_plot_and_unreachable_cells(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["accuracy", "--dataset", "digits", "--num-clients", "2", "--seeds", "1", "--epsilons", "0.001,4",
+            "--rounds", "1", "--local-epochs", "0.5", "--splits", "iid,central", "--mechanisms", "none,dirichlet",
+            "--workers", "1", "--out", str(tmp_path)]
+    report = run_bench(argv, capsys)
+
+    cells = {(e["split"], e["mechanism"], e["epsilon"]): e for e in report["table"]}
+    assert set(cells) == {(s, m, e) for s in ("iid", "central") for m, e in
+                          (("none", "inf"), ("dirichlet", 0.001), ("dirichlet", 4.0))}
+    for split in ("iid", "central"):
+        unreachable = cells[(split, "dirichlet", 0.001)]
+        assert unreachable["status"] == "unreachable" and unreachable["floor"] >= 0.001
+        assert 0.0 <= cells[(split, "dirichlet", 4.0)]["mean"] <= 1.0
+    for name in ("runs.csv", "table.csv", "table.md", "accuracy_vs_epsilon.png", "sweep.json"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    table = (tmp_path / "table.md").read_text()
+    assert "eps (delta=1e-05)" in table and "unreachable (floor" in table
+    runs = (tmp_path / "runs.csv").read_text().splitlines()
+    assert len(runs) == 1 + 6
+    spent = [float(line.split(",")[7]) for line in runs[1:] if ",dirichlet,4.0," in line]
+    assert spent and all(0 < eps <= 4.0 for eps in spent)
+
+
+def test_gpu_benchmark_smoke_runs_on_cpu_with_synthetic_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["gpu", "--synthetic", "--short", "--model", "cnn", "--synthetic-size", "64", "--steps-per-epoch", "2",
+            "--warmup-steps", "1", "--sample-rate", "0.1", "--device", "cpu", "--out", str(tmp_path)]
+    report = run_bench(argv, capsys)
+
+    assert set(report["seconds_per_epoch"]) == {"dirichlet", "dpsgd"}
+    assert report["dpsgd_over_dirichlet"] == pytest.approx(
+        report["seconds_per_epoch"]["dpsgd"] / report["seconds_per_epoch"]["dirichlet"])
+    for result in report["mechanisms"].values():
+        assert len(result["epoch_seconds"]) == 1 and result["steps_per_epoch"] == 2
+        assert 0 < result["epsilon"] <= 4.0
+    assert report["paper_seconds_per_epoch"] == {"dirichlet": 30.0, "dpsgd": 60.0}
+
+
+def test_invalid_options_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = OneLineErrorParser(prog="dirichlet-fl")
+    bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
+    args = parser.parse_args(["bench", "accuracy", "--splits", "iid,bogus", "--out", str(tmp_path)])
+    assert args.func(args) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "--splits='iid,bogus' is invalid" in error
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.5, 1.0])
+def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
+    strategy = PrivateFedAvg(seed=7, fraction_train=fraction, fraction_evaluate=1.0)
+    strategy.partition_of = {1000 - p: p for p in range(10)}  # node ids in the reverse order of partitions
+    eligible = [p for p in range(10) if p != 4]
+    for server_round in (1, 2, 5):
+        nodes = strategy._sample(server_round, fraction, [1000 - p for p in eligible], "train")
+        assert sample_clients(7, server_round, fraction, eligible, 10, "train") == [
+            strategy.partition_of[n] for n in nodes]
+
+
+def test_finite_makes_strict_json() -> None:
+    payload = bench.finite({"a": math.inf, "b": [1.0, -math.inf, math.nan], "c": {"d": 2}})
+    assert json.loads(json.dumps(payload, allow_nan=False)) == {"a": "inf", "b": [1.0, "-inf", "nan"], "c": {"d": 2}}
