@@ -17,8 +17,10 @@ that processes share (torch's libraries, Ray's object store); it is the conserva
 the peak sum of proportional set sizes (PSS, shared pages split among their users) is reported
 beside it, with each process's share at the peak.
 
-The loop runs torch with the threads a Flower client gets (THREADS_PER_CLIENT), so that the two
-kinds differ by the engine only.
+The loop runs torch with the threads a Flower client gets (THREADS_PER_CLIENT), and Ray's workers
+run at the loop's priority (--ray-worker-niceness 0; Ray's default is 15, measured here to make rounds
+several times slower whenever other work shares the cores), so that the two kinds differ by the
+engine only.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ SAMPLE_INTERVAL = 0.2
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TARGET_OVERHEAD_SECONDS = 0.5
 TARGET_PEAK_BYTES = 3 * 1024**3
+RAY_NICENESS_VARIABLE = "RAY_worker_niceness"
+"""Ray starts its worker processes (here: the ClientApp actors) at this niceness; Ray's default is 15."""
 THREADS_PER_CLIENT = 1
 """Torch threads in the loop: what Ray gives each ClientApp actor (OMP_NUM_THREADS = its 1 CPU). With 2
 threads on a busy 2-core machine, tiny OpenMP-parallel ops wait for a descheduled thread and a round
@@ -123,13 +127,15 @@ def _child_command(kind: str, overrides: dict[str, Any], clients: int, out: Path
     return [sys.executable, "-m", "sims.bench_simulation", payload]
 
 
-def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path) -> dict[str, Any]:
-    """Run one child process of `kind` (flower or loop); return wall time, round seconds and peak memory."""
+def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path, niceness: int) -> dict[str, Any]:
+    """Run one child process of `kind` (flower or loop); return wall time, round seconds and peak memory.
+    Ray starts its workers (the Flower clients) at `niceness`."""
     out.mkdir(parents=True, exist_ok=True)
+    environment = {**os.environ, RAY_NICENESS_VARIABLE: str(niceness)}
     start = time.perf_counter()
     with open(out / "child.log", "w") as log:
         child = subprocess.Popen(_child_command(kind, overrides, clients, out), cwd=APP_DIR, stdout=log,
-                                 stderr=subprocess.STDOUT)
+                                 stderr=subprocess.STDOUT, env=environment)
         sampler = PeakMemory(child.pid)
         sampler.start()
         code = child.wait()
@@ -188,6 +194,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `bench simulation`."""
     parser.add_argument("--runs", type=int, default=3, help="runs of each kind, alternating (default 3)")
     parser.add_argument("--clients", type=int, default=10, help="federation size (default 10)")
+    parser.add_argument("--ray-worker-niceness", type=int, default=0,
+                        help="niceness of Ray's workers, the Flower clients (default 0, the loop's; Ray's own "
+                             "default, 15, starves them on a busy machine)")
     parser.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'",
                         help="run-config overrides, as for `flwr run --run-config` (default: none, the "
                              "pyproject defaults)")
@@ -227,7 +236,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     runs: dict[str, list[dict[str, Any]]] = {"flower": [], "loop": []}
     for i in range(args.runs):
         for kind in ("flower", "loop") if i % 2 == 0 else ("loop", "flower"):
-            runs[kind].append(measure_run(kind, overrides, args.clients, out_dir / f"{kind}-{i}"))
+            runs[kind].append(measure_run(kind, overrides, args.clients, out_dir / f"{kind}-{i}",
+                                          args.ray_worker_niceness))
     flower, loop = _summarise(runs["flower"]), _summarise(runs["loop"])
     overhead = flower["steady_seconds_per_round"] - loop["steady_seconds_per_round"]
     config = get_fused_config_from_dir(APP_DIR, overrides)
@@ -244,7 +254,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         },
         "runs": runs,
         "config": {"clients": args.clients, "runs": args.runs, "overrides": overrides, "run_config": config,
-                   "sample_interval_seconds": SAMPLE_INTERVAL},
+                   "sample_interval_seconds": SAMPLE_INTERVAL, "ray_worker_niceness": args.ray_worker_niceness,
+                   "loop_threads": THREADS_PER_CLIENT},
     }
 
 

@@ -27,17 +27,20 @@ def rows(path: Path) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def budget_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Budgets planned for 2 of 3 rounds, one client with its own eps: clients stop when spent."""
-    return run(tmp_path_factory.mktemp("runs"), "budget", 3, **{"calibration-rounds": 2, "client-epsilons": "1,2,4"})
+    overrides = {"calibration-rounds": 2, "client-epsilons": "1,2,4", "audit": True}
+    return run(tmp_path_factory.mktemp("runs"), "budget", 3, **overrides)
 
 
 def test_results_folder_is_complete(budget_run: Path) -> None:
-    for name in ("config.json", "rounds.csv", "ledger.csv", "model.pt", "summary.json"):
+    for name in ("config.json", "rounds.csv", "ledger.csv", "model.pt", "summary.json", "audit.json"):
         assert (budget_run / name).is_file(), name
     config = json.loads((budget_run / "config.json").read_text())
     assert config["num_clients"] == 3 and config["run_config"]["calibration-rounds"] == 2
     summary = json.loads((budget_run / "summary.json").read_text())
     assert isinstance(summary["final_accuracy"], float) and summary["rounds"] == 2
     assert "inputs only" in summary["epsilon_covers"]
+    audit = json.loads((budget_run / "audit.json").read_text())
+    assert {"auc", "eps_lower_bound", "claimed_eps", "violation"} <= set(audit)
 
 
 def test_no_client_exceeds_its_budget_and_spent_clients_stop(budget_run: Path) -> None:
