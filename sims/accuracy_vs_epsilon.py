@@ -15,9 +15,9 @@ the run's rate, as in the app. DP-SGD has its own rate (clipped, noised, average
 batch). A Dirichlet cell whose eps lies at or below some client's Theorem 10 floor is reported as
 'unreachable (floor X)', with X the largest client floor, instead of being run.
 
-Every eps printed is at delta = 1e-5. Outputs: runs.csv (one row per run, written as runs finish),
-table.csv and table.md (mean and standard deviation over seeds), accuracy_vs_epsilon.png, sweep.json
-(the resolved configuration).
+Every eps printed is at delta = 1e-5. Outputs: runs.csv (one row per run, written as runs finish, so
+that --resume can finish an interrupted sweep), table.csv and table.md (mean and standard deviation
+over seeds), accuracy_vs_epsilon.png, sweep.json (the resolved configuration).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import multiprocessing
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, astuple, dataclass, replace
 from pathlib import Path
 
 from dirichlet_fl.config import RunConfig
@@ -171,21 +171,27 @@ def _run_packed(packed: tuple[Sweep, Cell]) -> dict[str, object]:
     return run_cell(*packed)
 
 
-def run_all(sweep: Sweep, workers: int, runs_csv: Path) -> list[dict[str, object]]:
-    """Run every cell on `workers` processes (1: in this process), appending rows to runs_csv as they end."""
-    todo = [(sweep, cell) for cell in cells(sweep)]
-    rows = []
+def read_runs(runs_csv: Path) -> list[dict[str, object]]:
+    """Rows of an earlier runs.csv (epsilon as a float, seed as an int; the rest as written)."""
+    with open(runs_csv, newline="") as handle:
+        return [{**row, "epsilon": float(row["epsilon"]), "seed": int(row["seed"])} for row in csv.DictReader(handle)]
+
+
+def run_all(sweep: Sweep, workers: int, runs_csv: Path, done: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Run every cell not in `done` on `workers` processes (1: in this process), writing runs_csv afresh
+    with `done` first and each new row as its run ends; return all rows."""
+    finished = {(row["split"], row["mechanism"], row["epsilon"], row["seed"]) for row in done}
+    todo = [(sweep, cell) for cell in cells(sweep) if astuple(cell) not in finished]
     with open(runs_csv, "w", newline="") as handle:
         writer = csv.DictWriter(handle, RUN_COLUMNS)
         writer.writeheader()
+        writer.writerows(done)
+        handle.flush()
         if workers == 1:
-            results = map(_run_packed, todo)
-            rows = _collect(results, writer, handle, len(todo))
-        else:
-            context = multiprocessing.get_context("spawn")
-            with context.Pool(workers, initializer=_init_worker) as pool:
-                rows = _collect(pool.imap_unordered(_run_packed, todo), writer, handle, len(todo))
-    return rows
+            return done + _collect(map(_run_packed, todo), writer, handle, len(todo))
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(workers, initializer=_init_worker) as pool:
+            return done + _collect(pool.imap_unordered(_run_packed, todo), writer, handle, len(todo))
 
 
 def _collect(results, writer: csv.DictWriter, handle, total: int) -> list[dict[str, object]]:
@@ -261,7 +267,9 @@ def plot(table: list[dict[str, object]], sweep: Sweep, path: Path) -> None:
                         "central": "centralized (1 client)"}[split])
         axis.set_xlabel(f"eps (delta={DELTA:g})")
     axes[0].set_ylabel("test accuracy")
-    axes[0].legend(loc="lower right")
+    axes[0].legend(loc="best")
+    figure.suptitle(f"{sweep.dataset}, {sweep.model}, {sweep.rounds} rounds x {sweep.local_epochs:g} local epochs, "
+                    f"batch {sweep.batch_size}; mean ± std over {len(sweep.seeds)} seed(s)")
     figure.savefig(path, dpi=120)
 
 
@@ -301,6 +309,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plain SGD rate; the Dirichlet rate is this / kappa")
     parser.add_argument("--dpsgd-learning-rate", type=float, default=defaults.dpsgd_learning_rate)
     parser.add_argument("--workers", type=int, default=2, help="worker processes, one thread each (default 2)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the finished runs of an interrupted sweep in --out and run the rest")
 
 
 def _subset(text: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
@@ -331,12 +341,23 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
     return sweep
 
 
+def _resumable(out_dir: Path, described: str) -> list[dict[str, object]]:
+    """The finished rows of an interrupted sweep in out_dir, which must have been run with the same sweep."""
+    if not (out_dir / "sweep.json").is_file() or not (out_dir / "runs.csv").is_file():
+        raise FileNotFoundError(f"--resume: {out_dir} holds no sweep.json and runs.csv to resume from")
+    if (out_dir / "sweep.json").read_text() != described:
+        raise ValueError(f"--resume: {out_dir / 'sweep.json'} describes another sweep; use the same options")
+    return read_runs(out_dir / "runs.csv")
+
+
 def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     """Run the sweep; write runs.csv, table.csv, table.md, the plot and sweep.json; return the summary."""
     sweep = sweep_from_args(args)
-    (out_dir / "sweep.json").write_text(json.dumps({**asdict(sweep), "delta": DELTA}, indent=2) + "\n")
+    described = json.dumps({**asdict(sweep), "delta": DELTA}, indent=2) + "\n"
+    done = _resumable(out_dir, described) if args.resume else []
+    (out_dir / "sweep.json").write_text(described)
     start = time.perf_counter()
-    rows = run_all(sweep, args.workers, out_dir / "runs.csv")
+    rows = run_all(sweep, args.workers, out_dir / "runs.csv", done)
     table = summarise(rows)
     with open(out_dir / "table.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, ["split", "mechanism", "epsilon", "delta", "status", "seeds", "mean", "std",
@@ -346,7 +367,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     (out_dir / "table.md").write_text(markdown_table(table, sweep))
     plot(table, sweep, out_dir / "accuracy_vs_epsilon.png")
     return {"seconds": time.perf_counter() - start, "cpu_seconds": sum(float(r["cpu_seconds"]) for r in rows),
-            "runs": len(rows), "table": table,
+            "runs": len(rows), "resumed_runs": len(done), "table": table,
             "files": {name: str(out_dir / name) for name in
                       ("runs.csv", "table.csv", "table.md", "accuracy_vs_epsilon.png", "sweep.json")},
             "config": {**asdict(sweep), "delta": DELTA, "workers": args.workers}}

@@ -95,6 +95,25 @@ def test_accuracy_sweep_writes_table_plot_and_unreachable_cells(
     assert spent and all(0 < eps <= 4.0 for eps in spent)
 
 
+def test_accuracy_sweep_resumes_without_rerunning_finished_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["accuracy", "--dataset", "digits", "--num-clients", "2", "--seeds", "2", "--rounds", "1",
+            "--local-epochs", "0.25", "--splits", "iid", "--mechanisms", "none", "--workers", "1", "--out", str(tmp_path)]
+    first = run_bench(argv, capsys)
+    runs = (tmp_path / "runs.csv").read_text()
+
+    again = run_bench([*argv, "--resume"], capsys)
+    assert first["resumed_runs"] == 0 and again["resumed_runs"] == again["runs"] == 2
+    assert (tmp_path / "runs.csv").read_text() == runs and again["table"] == first["table"]
+
+    parser = OneLineErrorParser(prog="dirichlet-fl")
+    bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
+    args = parser.parse_args(["bench", *argv[:-2], "--rounds", "2", "--out", str(tmp_path), "--resume"])
+    assert args.func(args) == 2
+    assert "describes another sweep" in capsys.readouterr().err
+
+
 def test_gpu_benchmark_smoke_runs_on_cpu_with_synthetic_data(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
