@@ -11,16 +11,21 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from client.training import evaluate, make_optimizer, train_locally
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
-from dirichlet_fl.task import augmentation, build_run_model, client_shard, federated_split
-from privacy.mechanisms import Mechanism, MechanismSpec, build_mechanism, restore_mechanism
+from dirichlet_fl.task import (
+    augmentation,
+    build_run_model,
+    client_generator,
+    client_shard,
+    federated_split,
+    mechanism_spec,
+)
+from privacy.mechanisms import Mechanism, build_mechanism, restore_mechanism
 
 STATE_KEY = "privacy"
 
@@ -37,23 +42,7 @@ def _mechanism(context: Context, config: RunConfig, num_examples: int) -> tuple[
     target = float(context.node_config.get("target-epsilon", config.target_epsilon_for(partition_id, num_partitions)))
     if STATE_KEY in context.state:
         return restore_mechanism(json.loads(context.state[STATE_KEY]["mechanism"])), target
-    sample_rate = config.batch_size / num_examples
-    if not 0.0 < sample_rate < 1.0:
-        raise ValueError(
-            f"batch-size={config.batch_size:g} needs a sampling rate batch-size/examples < 1, but client "
-            f"{partition_id} has {num_examples} examples: lower batch-size below {num_examples}"
-        )
-    steps = config.local_steps_per_round(sample_rate)
-    spec = MechanismSpec(
-        name=config.mechanism,
-        target_epsilon=target,
-        delta=config.delta,
-        sample_rate=sample_rate,
-        planned_steps=steps * config.budget_rounds,
-        alpha=config.alpha,
-        max_grad_norm=config.max_grad_norm,
-        num_examples=num_examples,
-    )
+    spec = mechanism_spec(config, partition_id, num_examples, target)
     return build_mechanism(spec), target
 
 
@@ -81,9 +70,8 @@ def train(msg: Message, context: Context) -> Message:
     model = build_run_model(config, federated_split(config, num_partitions).data).to(shard.train_x.device)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, config.learning_rate))
-    generator = torch.Generator(device=shard.train_x.device)
     server_round = int(msg.content["config"]["server-round"])
-    generator.manual_seed(int(np.random.SeedSequence([config.seed, partition_id, server_round]).generate_state(1)[0]))
+    generator = client_generator(config, partition_id, server_round, shard.train_x.device)
     try:
         stats = train_locally(
             wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, sample_rate, generator,

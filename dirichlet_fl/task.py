@@ -17,6 +17,7 @@ from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import AUGMENTED_BY_DEFAULT, ImageData, load_dataset, random_crop_flip
 from dirichlet_fl.models import build_model
 from dirichlet_fl.partition import partition_indices
+from privacy.mechanisms import MechanismSpec
 from privacy.validation import validate_model
 
 
@@ -133,3 +134,30 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={name!r} requested but no CUDA device is available; use device='auto' or 'cpu'")
     return torch.device(name)
+
+
+def mechanism_spec(config: RunConfig, partition_id: int, num_examples: int, target_epsilon: float) -> MechanismSpec:
+    """A client's mechanism plan: q = batch-size / its examples, every step it may run over the budget rounds."""
+    sample_rate = config.batch_size / num_examples
+    if not 0.0 < sample_rate < 1.0:
+        raise ValueError(
+            f"batch-size={config.batch_size:g} needs a sampling rate batch-size/examples < 1, but client "
+            f"{partition_id} has {num_examples} examples: lower batch-size below {num_examples}"
+        )
+    return MechanismSpec(
+        name=config.mechanism,
+        target_epsilon=target_epsilon,
+        delta=config.delta,
+        sample_rate=sample_rate,
+        planned_steps=config.local_steps_per_round(sample_rate) * config.budget_rounds,
+        alpha=config.alpha,
+        max_grad_norm=config.max_grad_norm,
+        num_examples=num_examples,
+    )
+
+
+def client_generator(config: RunConfig, partition_id: int, server_round: int, device: torch.device) -> torch.Generator:
+    """The client's randomness for one round (sampling, Dirichlet draws, noise), fixed by (seed, client, round)."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(np.random.SeedSequence([config.seed, partition_id, server_round]).generate_state(1)[0]))
+    return generator

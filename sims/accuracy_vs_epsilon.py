@@ -34,10 +34,10 @@ from dataclasses import asdict, astuple, dataclass, replace
 from pathlib import Path
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.task import federated_split
+from dirichlet_fl.task import federated_split, mechanism_spec
 from privacy.analysis import calibrate_r, epsilon_floor
 from privacy.dirichlet import attenuation
-from sims.fedavg_loop import client_spec, run_fedavg
+from sims.fedavg_loop import run_fedavg
 
 DELTA = 1e-5
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -101,7 +101,7 @@ def dirichlet_learning_rate(sweep: Sweep, cell: Cell, num_train: int) -> float:
     """The plain rate divided by kappa(0.9) at r* of the nominal client (Theorem 11)."""
     nominal = run_config(sweep, cell, sweep.learning_rate)
     clients = clients_of(sweep, cell.split)
-    spec = client_spec(nominal, 0, clients, num_train // clients)
+    spec = mechanism_spec(nominal, 0, num_train // clients, nominal.target_epsilon_for(0, clients))
     r = calibrate_r(cell.epsilon, DELTA, spec.sample_rate, spec.planned_steps, sweep.alpha).r
     return sweep.learning_rate / attenuation(0.9, r, sweep.alpha)
 
@@ -111,7 +111,7 @@ def client_floor(config: RunConfig, clients: int) -> float:
     split = federated_split(config, clients)
     floors = []
     for partition_id, part in enumerate(split.train_parts):
-        spec = client_spec(config, partition_id, clients, len(part))
+        spec = mechanism_spec(config, partition_id, len(part), config.target_epsilon_for(partition_id, clients))
         floors.append(epsilon_floor(spec.sample_rate, spec.planned_steps, DELTA).epsilon)
     return max(floors)
 

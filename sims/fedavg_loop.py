@@ -20,13 +20,10 @@ What differs: no messages, no serialisation and no Ray actors, and clients train
 from __future__ import annotations
 
 import math
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from torch import nn
@@ -36,12 +33,15 @@ from dirichlet_fl.config import RunConfig
 from dirichlet_fl.task import (
     augmentation,
     build_run_model,
+    client_generator,
     client_shard,
     federated_split,
     initial_model,
+    mechanism_spec,
     resolve_device,
 )
-from privacy.mechanisms import Mechanism, MechanismSpec, build_mechanism
+from privacy.mechanisms import Mechanism, build_mechanism
+from strategies.private_fedavg import seeded_sample
 
 
 @dataclass
@@ -83,33 +83,6 @@ class LoopResult:
         return self.rounds[-1].central_accuracy if self.rounds else self.initial_accuracy
 
 
-def sample_clients(seed: int, server_round: int, fraction: float, eligible: list[int], num_clients: int,
-                   purpose: str) -> list[int]:
-    """The strategy's seeded sample (PrivateFedAvg._sample) with partition ids as node ids."""
-    size = min(len(eligible), max(1, int(num_clients * fraction)))
-    return random.Random(f"{seed}/{purpose}/{server_round}").sample(sorted(eligible), size)
-
-
-def client_spec(config: RunConfig, partition_id: int, num_clients: int, num_examples: int) -> MechanismSpec:
-    """The client's mechanism spec, as client_app._mechanism builds it."""
-    sample_rate = config.batch_size / num_examples
-    if not 0.0 < sample_rate < 1.0:
-        raise ValueError(
-            f"batch-size={config.batch_size:g} needs a sampling rate batch-size/examples < 1, but client "
-            f"{partition_id} has {num_examples} examples: lower batch-size below {num_examples}"
-        )
-    return MechanismSpec(
-        name=config.mechanism,
-        target_epsilon=config.target_epsilon_for(partition_id, num_clients),
-        delta=config.delta,
-        sample_rate=sample_rate,
-        planned_steps=config.local_steps_per_round(sample_rate) * config.budget_rounds,
-        alpha=config.alpha,
-        max_grad_norm=config.max_grad_norm,
-        num_examples=num_examples,
-    )
-
-
 def _train_client(
     config: RunConfig, state: ClientState, partition_id: int, num_clients: int, global_state: dict, server_round: int
 ) -> RecordDict:
@@ -119,8 +92,7 @@ def _train_client(
     model = build_run_model(config, federated_split(config, num_clients).data).to(shard.train_x.device)
     model.load_state_dict(global_state)
     wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, config.learning_rate))
-    generator = torch.Generator(device=shard.train_x.device)
-    generator.manual_seed(int(np.random.SeedSequence([config.seed, partition_id, server_round]).generate_state(1)[0]))
+    generator = client_generator(config, partition_id, server_round, shard.train_x.device)
     steps = config.local_steps_per_round(mechanism.sample_rate)
     train_locally(wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate,
                   generator, augmentation(config))
@@ -157,7 +129,8 @@ class FedAvgLoop:
         """The client's mechanism: calibrated at its first round, then kept."""
         if partition_id not in self.clients:
             num_examples = client_shard(self.config, partition_id, self.num_clients).num_examples
-            spec = client_spec(self.config, partition_id, self.num_clients, num_examples)
+            target = self.config.target_epsilon_for(partition_id, self.num_clients)
+            spec = mechanism_spec(self.config, partition_id, num_examples, target)
             self.clients[partition_id] = ClientState(build_mechanism(spec), spec.target_epsilon)
         return self.clients[partition_id]
 
@@ -166,8 +139,8 @@ class FedAvgLoop:
         eligible = [c for c in range(self.num_clients) if c not in self.exhausted]
         if not eligible:
             return None
-        chosen = sample_clients(self.config.seed, server_round, self.config.fraction_train, eligible,
-                                self.num_clients, "train")
+        chosen = seeded_sample(self.config.seed, "train", server_round, eligible, self.num_clients,
+                               self.config.fraction_train)
         global_state = self.model.state_dict()
         updates, refused, failed = [], 0, 0
         for partition_id in chosen:
@@ -198,9 +171,9 @@ class FedAvgLoop:
         if updates:
             averaged = aggregate_arrayrecords(updates, "num-examples").to_torch_state_dict()
             self.model.load_state_dict(averaged)
-        evaluated = [] if not self.config.fraction_evaluate else sample_clients(
-            self.config.seed, server_round, self.config.fraction_evaluate, list(range(self.num_clients)),
-            self.num_clients, "evaluate")
+        evaluated = [] if not self.config.fraction_evaluate else seeded_sample(
+            self.config.seed, "evaluate", server_round, list(range(self.num_clients)), self.num_clients,
+            self.config.fraction_evaluate)
         federated = _federated_accuracy(self.config, self.model, evaluated, self.num_clients)
         loss, accuracy = evaluate(self.model, self.test_x, self.test_y)
         return LoopRound(

@@ -49,6 +49,12 @@ class RoundRecord:
         return sum(m["train-loss"] * m["num-examples"] for m in self.trained.values()) / total
 
 
+def seeded_sample(seed: int, purpose: str, server_round: int, ordered: list[int], population: int, fraction: float) -> list[int]:
+    """max(1, int(population * fraction)) of `ordered` (at most all), fixed by (seed, purpose, round)."""
+    size = min(len(ordered), max(1, int(population * fraction)))
+    return random.Random(f"{seed}/{purpose}/{server_round}").sample(ordered, size)
+
+
 class PrivateFedAvg(FedAvg):
     """FedAvg with seeded sampling by partition id and per-client budgets (see module docstring)."""
 
@@ -92,8 +98,7 @@ class PrivateFedAvg(FedAvg):
     def _sample(self, server_round: int, fraction: float, eligible: list[int], purpose: str) -> list[int]:
         """A seeded sample of eligible node ids, drawn in partition-id order."""
         ordered = sorted(eligible, key=lambda node: self.partition_of[node])
-        size = min(len(ordered), max(1, int(len(self.partition_of) * fraction)))
-        return random.Random(f"{self.seed}/{purpose}/{server_round}").sample(ordered, size)
+        return seeded_sample(self.seed, purpose, server_round, ordered, len(self.partition_of), fraction)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -13,8 +13,7 @@ import pytest
 
 from dirichlet_fl.cli import OneLineErrorParser
 from dirichlet_fl.commands import bench
-from sims.fedavg_loop import sample_clients
-from strategies.private_fedavg import PrivateFedAvg
+from strategies.private_fedavg import PrivateFedAvg, seeded_sample
 
 
 def run_bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
@@ -146,7 +145,7 @@ def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
     eligible = [p for p in range(10) if p != 4]
     for server_round in (1, 2, 5):
         nodes = strategy._sample(server_round, fraction, [1000 - p for p in eligible], "train")
-        assert sample_clients(7, server_round, fraction, eligible, 10, "train") == [
+        assert seeded_sample(7, "train", server_round, eligible, 10, fraction) == [
             strategy.partition_of[n] for n in nodes]
 
 
