@@ -7,15 +7,34 @@ the value and the valid range.
 
 from __future__ import annotations
 
-import math
+import functools
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
-from privacy.mechanisms import MECHANISMS
+from dirichlet_fl.partition import PARTITIONERS
+from privacy.analysis import PAPER_DELTA
+from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
+from privacy.registry import MECHANISMS
 
 OPTIMIZERS = ("sgd", "adam")
-PARTITIONERS = ("iid", "dirichlet", "pathological", "natural")
 AUGMENT_CHOICES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """What fixes a run's data split: the data set, where it lives, the partitioner and its
+    parameters, the seed and the number of clients. The cache key of the split and every shard."""
+
+    dataset: str
+    data_root: str
+    download: bool
+    partitioner: str
+    beta: float
+    classes_per_client: int
+    site_file: str
+    seed: int
+    num_clients: int
 
 
 @dataclass(frozen=True)
@@ -40,7 +59,7 @@ class RunConfig:
     mechanism: str = "dirichlet"
     target_epsilon: float = 1.0
     client_epsilons: str = ""
-    delta: float = 1e-5
+    delta: float = PAPER_DELTA
     alpha: float = 3.0
     max_grad_norm: float = 1.0
     batch_size: int = 8
@@ -70,28 +89,28 @@ class RunConfig:
         return {key.replace("_", "-"): value for key, value in asdict(self).items()}
 
     def validate(self) -> None:
-        _at_least("num-server-rounds", self.num_server_rounds, 1)
-        _at_least("calibration-rounds", self.calibration_rounds, 0)
-        _in_half_open("fraction-train", self.fraction_train)
-        _in_range("fraction-evaluate", self.fraction_evaluate, 0.0, 1.0)
-        _choice("partitioner", self.partitioner, PARTITIONERS)
-        _positive("beta", self.beta)
-        _at_least("classes-per-client", self.classes_per_client, 1)
+        """Raise a ValueError naming the first invalid key, its value and the valid range."""
+        check_integer("num-server-rounds", self.num_server_rounds, 1)
+        check_integer("calibration-rounds", self.calibration_rounds, 0)
+        check_in_interval("fraction-train", self.fraction_train, 0.0, 1.0, open_low=True)
+        check_in_interval("fraction-evaluate", self.fraction_evaluate, 0.0, 1.0)
+        check_choice("partitioner", self.partitioner, PARTITIONERS)
+        check_positive("beta", self.beta)
+        check_integer("classes-per-client", self.classes_per_client, 1)
         if self.partitioner == "natural" and not self.site_file:
             raise ValueError("partitioner='natural' needs site-file: a CSV with columns index,site")
-        _choice("augment", self.augment, AUGMENT_CHOICES)
-        _choice("mechanism", self.mechanism, MECHANISMS)
-        _positive("target-epsilon", self.target_epsilon)
+        check_choice("augment", self.augment, AUGMENT_CHOICES)
+        check_choice("mechanism", self.mechanism, MECHANISMS)
+        check_positive("target-epsilon", self.target_epsilon)
         self.client_epsilon_list()
-        if not 0.0 < self.delta < 1.0:
-            raise ValueError(f"delta={self.delta!r} is out of range: it must lie in (0, 1)")
-        _positive("alpha", self.alpha)
-        _positive("max-grad-norm", self.max_grad_norm)
-        _at_least("batch-size", self.batch_size, 1)
-        _positive("local-epochs", self.local_epochs)
-        _at_least("local-steps", self.local_steps, 0)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
-        _positive("learning-rate", self.learning_rate)
+        check_in_open_interval("delta", self.delta, 0.0, 1.0)
+        check_positive("alpha", self.alpha)
+        check_positive("max-grad-norm", self.max_grad_norm)
+        check_integer("batch-size", self.batch_size, 1)
+        check_positive("local-epochs", self.local_epochs)
+        check_integer("local-steps", self.local_steps, 0)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_positive("learning-rate", self.learning_rate)
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device={self.device!r} is invalid: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
 
@@ -114,7 +133,7 @@ class RunConfig:
                 f"client-epsilons={self.client_epsilons!r} is invalid: give comma-separated numbers, one per client"
             ) from None
         for i, value in enumerate(values):
-            _positive(f"client-epsilons[{i}]", value)
+            check_positive(f"client-epsilons[{i}]", value)
         return values
 
     def target_epsilon_for(self, partition_id: int, num_partitions: int) -> float:
@@ -128,6 +147,20 @@ class RunConfig:
                 f"clients: give exactly one target per client"
             )
         return per_client[partition_id]
+
+    def split_spec(self, num_clients: int) -> SplitSpec:
+        """The part of the config that fixes the data split among `num_clients` clients."""
+        return SplitSpec(
+            dataset=self.dataset,
+            data_root=self.data_root,
+            download=self.data_download,
+            partitioner=self.partitioner,
+            beta=self.beta,
+            classes_per_client=self.classes_per_client,
+            site_file=self.site_file,
+            seed=self.seed,
+            num_clients=num_clients,
+        )
 
     def local_steps_per_round(self, sample_rate: float) -> int:
         """local-steps if set, else local-epochs / q (an epoch of Poisson sampling is 1/q steps)."""
@@ -156,26 +189,12 @@ def _coerce(key: str, value: Any, annotation: str) -> Any:
     return converted
 
 
-def _positive(key: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{key}={value!r} is out of range: it must be a finite number > 0")
+def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
+    """RunConfig.from_run_config, parsed once per process for each distinct run config (a client
+    process serves many messages of the same run)."""
+    return _parse(tuple(sorted(run_config.items())))
 
 
-def _at_least(key: str, value: int, low: int) -> None:
-    if value < low:
-        raise ValueError(f"{key}={value!r} is out of range: it must be an integer >= {low}")
-
-
-def _in_half_open(key: str, value: float) -> None:
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"{key}={value!r} is out of range: it must lie in (0, 1]")
-
-
-def _in_range(key: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise ValueError(f"{key}={value!r} is out of range: it must lie in [{low:g}, {high:g}]")
-
-
-def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{key}={value!r} is invalid: choose one of {', '.join(choices)}")
+@functools.lru_cache(maxsize=8)
+def _parse(items: tuple[tuple[str, Any], ...]) -> RunConfig:
+    return RunConfig.from_run_config(dict(items))

@@ -11,12 +11,14 @@ from __future__ import annotations
 import csv
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
-from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, PathologicalPartitioner, Partitioner
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+
+from privacy.checks import check_choice
+
+if TYPE_CHECKING:
+    from flwr_datasets.partitioner import Partitioner
 
 PARTITIONERS = ("iid", "dirichlet", "pathological", "natural")
 ANNOTATE_MAX_CELLS = 400
@@ -44,13 +46,14 @@ def partition_indices(
     header `index,site`, one row per training example; sites become clients in sorted order).
     """
     labels = _as_labels(labels)
-    if partitioner not in PARTITIONERS:
-        raise ValueError(f"partitioner={partitioner!r} is unknown; valid: {', '.join(PARTITIONERS)}")
+    check_choice("partitioner", partitioner, PARTITIONERS)
     if not 1 <= num_clients <= len(labels):
         raise ValueError(f"num_clients={num_clients} must be in [1, {len(labels)}] (the number of training examples)")
     if partitioner == "natural":
         parts = _natural_parts(labels, num_clients, site_file)
     elif partitioner == "iid":
+        from flwr_datasets.partitioner import IidPartitioner  # flwr-datasets and datasets: imported on use
+
         parts = _flwr_parts(labels, IidPartitioner(num_partitions=num_clients), shuffle_seed=seed)
     elif partitioner == "dirichlet":
         parts = _dirichlet_parts(labels, num_clients, beta, min_partition_size, seed)
@@ -76,6 +79,8 @@ def _flwr_parts(labels: np.ndarray, partitioner: Partitioner, shuffle_seed: int 
     flwr-datasets' IidPartitioner cuts contiguous shards; `shuffle_seed` shuffles the table first so
     that the shards are random.
     """
+    import datasets
+
     table = datasets.Dataset.from_dict({"label": labels, "index": np.arange(len(labels))})
     partitioner.dataset = table if shuffle_seed is None else table.shuffle(seed=shuffle_seed)
     with warnings.catch_warnings():
@@ -97,6 +102,8 @@ def _dirichlet_parts(
             f"min_partition_size={min_partition_size} must be in [1, {len(labels) // num_clients}] "
             f"({len(labels)} examples over num_clients={num_clients})"
         )
+    from flwr_datasets.partitioner import DirichletPartitioner
+
     partitioner = DirichletPartitioner(
         num_partitions=num_clients,
         partition_by="label",
@@ -122,6 +129,8 @@ def _pathological_parts(labels: np.ndarray, num_clients: int, classes_per_client
         raise ValueError(
             f"classes_per_client={classes_per_client} must be in [1, {len(present)}] (classes present in labels)"
         )
+    from flwr_datasets.partitioner import PathologicalPartitioner
+
     partitioner = PathologicalPartitioner(
         num_partitions=num_clients,
         partition_by="label",
@@ -220,6 +229,9 @@ def label_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) 
 def plot_label_counts(counts: np.ndarray, path: str, title: str) -> None:
     """Write a heat map of `counts` (clients x classes) to `path`, counts written in cells when few."""
     clients, classes = counts.shape
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(min(2 + 0.5 * classes, 20), min(1.5 + 0.3 * clients, 20)), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()

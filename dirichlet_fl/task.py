@@ -7,13 +7,14 @@ test set), every client (its own shard) and the audit (members per client) all d
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import RunConfig, SplitSpec
 from dirichlet_fl.data import AUGMENTED_BY_DEFAULT, ImageData, load_dataset, random_crop_flip
 from dirichlet_fl.models import build_model
 from dirichlet_fl.partition import partition_indices
@@ -44,50 +45,38 @@ class ClientShard:
         return int(self.train_y.shape[0])
 
 
-def federated_split(config: RunConfig, num_clients: int) -> FederatedSplit:
-    """The run's split (cached per process: Ray actors serve many clients of one run)."""
-    return _split(
-        config.dataset,
-        config.data_root,
-        config.data_download,
-        config.partitioner,
-        config.beta,
-        config.classes_per_client,
-        config.site_file,
-        config.seed,
-        num_clients,
-    )
+def federated_split(spec: SplitSpec) -> FederatedSplit:
+    """The run's split: the data set and each client's training and local test indices. Cached per
+    process, keyed by the SplitSpec alone (Ray actors serve many clients of one run)."""
+    return _split(spec)
 
 
 @functools.lru_cache(maxsize=2)
-def _split(
-    dataset: str,
-    data_root: str,
-    download: bool,
-    partitioner: str,
-    beta: float,
-    classes_per_client: int,
-    site_file: str,
-    seed: int,
-    num_clients: int,
-) -> FederatedSplit:
-    data = load_dataset(dataset, data_root or None, download=download)
+def _split(spec: SplitSpec) -> FederatedSplit:
+    data = load_dataset(spec.dataset, spec.data_root or None, download=spec.download)
     train_parts = partition_indices(
         data.train_y.numpy(),
-        num_clients,
-        partitioner,
-        beta=beta,
-        classes_per_client=classes_per_client,
-        seed=seed,
-        site_file=site_file or None,
+        spec.num_clients,
+        spec.partitioner,
+        beta=spec.beta,
+        classes_per_client=spec.classes_per_client,
+        seed=spec.seed,
+        site_file=spec.site_file or None,
     )
-    test_parts = partition_indices(data.test_y.numpy(), num_clients, "iid", seed=seed)
+    test_parts = partition_indices(data.test_y.numpy(), spec.num_clients, "iid", seed=spec.seed)
     return FederatedSplit(data, train_parts, test_parts)
 
 
+def client_shard(spec: SplitSpec, partition_id: int, device: torch.device) -> ClientShard:
+    """Client `partition_id`'s shard, moved to its device once and kept there."""
+    if not 0 <= partition_id < spec.num_clients:
+        raise ValueError(f"partition-id={partition_id} is out of range: it must lie in [0, {spec.num_clients})")
+    return _shard(spec, partition_id, str(device))
+
+
 @functools.lru_cache(maxsize=16)
-def _shard(config: RunConfig, partition_id: int, num_clients: int, device: str) -> ClientShard:
-    split = federated_split(config, num_clients)
+def _shard(spec: SplitSpec, partition_id: int, device: str) -> ClientShard:
+    split = federated_split(spec)
     train = torch.as_tensor(split.train_parts[partition_id])
     test = torch.as_tensor(split.test_parts[partition_id])
     data = split.data
@@ -97,13 +86,6 @@ def _shard(config: RunConfig, partition_id: int, num_clients: int, device: str) 
         test_x=data.test_x[test].to(device),
         test_y=data.test_y[test].to(device),
     )
-
-
-def client_shard(config: RunConfig, partition_id: int, num_clients: int) -> ClientShard:
-    """Client `partition_id`'s shard, moved to its device once and kept there."""
-    if not 0 <= partition_id < num_clients:
-        raise ValueError(f"partition-id={partition_id} is out of range: it must lie in [0, {num_clients})")
-    return _shard(config, partition_id, num_clients, str(resolve_device(config.device)))
 
 
 def build_run_model(config: RunConfig, data: ImageData) -> nn.Module:
@@ -121,7 +103,7 @@ def initial_model(config: RunConfig, data: ImageData) -> nn.Module:
     return build_run_model(config, data)
 
 
-def augmentation(config: RunConfig):
+def augmentation(config: RunConfig) -> Callable[[Tensor, torch.Generator], Tensor] | None:
     """The on-device augmentation for this run, or None (auto: on for CIFAR10 and SVHN, as in the paper)."""
     enabled = config.augment == "on" or (config.augment == "auto" and config.dataset in AUGMENTED_BY_DEFAULT)
     return random_crop_flip if enabled else None
@@ -134,6 +116,12 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={name!r} requested but no CUDA device is available; use device='auto' or 'cpu'")
     return torch.device(name)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU), so that a timer measures the work itself."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def mechanism_spec(config: RunConfig, partition_id: int, num_examples: int, target_epsilon: float) -> MechanismSpec:
@@ -161,3 +149,18 @@ def client_generator(config: RunConfig, partition_id: int, server_round: int, de
     generator = torch.Generator(device=device)
     generator.manual_seed(int(np.random.SeedSequence([config.seed, partition_id, server_round]).generate_state(1)[0]))
     return generator
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, inputs: Tensor, labels: Tensor, batch_size: int = 1024) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of the model on (inputs, labels)."""
+    model.eval()
+    loss_sum = torch.zeros((), device=inputs.device)
+    correct = torch.zeros((), device=inputs.device)
+    for start in range(0, labels.shape[0], batch_size):
+        logits = model(inputs[start : start + batch_size])
+        target = labels[start : start + batch_size]
+        loss_sum += nn.functional.cross_entropy(logits, target, reduction="sum")
+        correct += (logits.argmax(dim=1) == target).sum()
+    count = max(labels.shape[0], 1)
+    return float(loss_sum) / count, float(correct) / count

@@ -1,7 +1,7 @@
 """One client's privacy ledger for the Dirichlet mechanism: composes the steps it actually ran.
 
 Shaped like Flower 1.42's `flwr.serverapp` PrivacyAccountant protocol (config, num_releases,
-compose(event, count), get_epsilon(delta), get_delta(epsilon), get_privacy_spent(delta),
+compose(event, count), get_epsilon(delta), get_privacy_spent(delta),
 would_exceed(event, max_epsilon, count), state_dict / load_state_dict), with immutable event
 records and an explicit neighbouring relation as in Google's dp-accounting. The curve itself comes
 from privacy.analysis (Theorem 10); events with different (r, alpha, q) compose by adding their RDP
@@ -10,19 +10,12 @@ curves on the orders admissible for all of them (Lemma 12).
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from privacy.analysis import (
-    DEFAULT_MAX_ORDER,
-    PrivacyCurve,
-    check_in_open_interval,
-    check_positive,
-    rdp_to_epsilon,
-    subsampled_rdp,
-)
+from privacy.analysis import DEFAULT_MAX_ORDER, PrivacyCurve, rdp_to_epsilon, subsampled_rdp
+from privacy.checks import check_in_open_interval, check_integer, check_positive
 
 NEIGHBOURING_RELATION = "add-or-remove-one"
 """The only relation Theorem 10 is proved for: datasets differing by one example."""
@@ -94,13 +87,9 @@ class DirichletAccountant:
         """Steps composed so far."""
         return sum(count for _, count in self._compositions)
 
-    @property
-    def compositions(self) -> tuple[tuple[DirichletEvent, int], ...]:
-        return tuple(self._compositions)
-
     def compose(self, event: DirichletEvent, count: int = 1) -> None:
         """Record `count` steps of `event` (merged with the last record when identical)."""
-        _check_count(count)
+        check_integer("count", count, 1)
         if self._compositions and self._compositions[-1][0] == event:
             self._compositions[-1] = (event, self._compositions[-1][1] + count)
         else:
@@ -108,16 +97,6 @@ class DirichletAccountant:
 
     def get_epsilon(self, delta: float) -> float:
         return self.get_privacy_spent(delta).epsilon
-
-    def get_delta(self, epsilon: float) -> float:
-        """Smallest delta such that the ledger is (epsilon, delta)-DP (Lemma 13 solved for delta)."""
-        check_positive("epsilon", epsilon)
-        curve = _total_curve(self._compositions, self._config.max_order)
-        if curve.orders.size == 0:
-            return 0.0
-        lam = curve.orders.astype(np.float64)
-        log_delta = (lam - 1.0) * (curve.rdp + np.log((lam - 1.0) / lam) - epsilon) - np.log(lam)
-        return float(min(1.0, math.exp(min(0.0, float(np.min(log_delta))))))
 
     def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
         """(eps, delta) of everything composed; eps = 0 for an empty ledger."""
@@ -129,7 +108,7 @@ class DirichletAccountant:
 
     def would_exceed(self, event: DirichletEvent, max_epsilon: float | None = None, count: int = 1) -> bool:
         """Whether composing `count` more steps of `event` would take eps above the limit (no mutation)."""
-        _check_count(count)
+        check_integer("count", count, 1)
         limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
         if limit is None:
             raise ValueError("max_epsilon must be given here or in AccountantConfig")
@@ -156,13 +135,8 @@ class DirichletAccountant:
             raise ValueError(f"accountant state config {state['config']} does not match {asdict(self._config)}")
         compositions = [(DirichletEvent(**item["event"]), int(item["count"])) for item in state["compositions"]]
         for _, count in compositions:
-            _check_count(count)
+            check_integer("count", count, 1)
         self._compositions = compositions
-
-
-def _check_count(count: int) -> None:
-    if isinstance(count, bool) or int(count) != count or count < 1:
-        raise ValueError(f"count={count!r} is out of range: it must be an integer >= 1")
 
 
 def _total_curve(compositions: list[tuple[DirichletEvent, int]], max_order: int) -> PrivacyCurve:

@@ -30,6 +30,11 @@ from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp, polygamma
 from scipy.stats import binom
 
+from privacy.checks import check_in_open_interval, check_integer, check_positive
+
+PAPER_DELTA = 1e-5
+"""The delta of every experiment in the paper, and this project's default."""
+
 DEFAULT_MAX_ORDER = 4096
 """Largest RDP order evaluated. Larger orders only matter for r < alpha / 4095 (targets near the floor);
 leaving them out can only overstate eps, never understate it."""
@@ -81,29 +86,6 @@ class Calibration:
     sample_rate: float
     steps: int
     alpha: float
-
-
-def check_in_open_interval(name: str, value: float, low: float, high: float) -> float:
-    """Return value as float if low < value < high, else raise a ValueError that names it."""
-    value = float(value)
-    if not (low < value < high):
-        raise ValueError(f"{name}={value!r} is out of range: it must lie in ({low:g}, {high:g})")
-    return value
-
-
-def check_positive(name: str, value: float) -> float:
-    """Return value as float if it is finite and > 0, else raise a ValueError that names it."""
-    value = float(value)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name}={value!r} is out of range: it must be a finite number > 0")
-    return value
-
-
-def check_steps(steps: int) -> int:
-    """Return steps if it is an integer >= 1."""
-    if isinstance(steps, bool) or int(steps) != steps or steps < 1:
-        raise ValueError(f"steps={steps!r} is out of range: it must be an integer >= 1")
-    return int(steps)
 
 
 def max_admissible_order(r: float, alpha: float, max_order: int = DEFAULT_MAX_ORDER) -> int:
@@ -216,7 +198,7 @@ def _validate(target_epsilon: float, delta: float, sample_rate: float, steps: in
     check_positive("epsilon", target_epsilon)
     check_in_open_interval("delta", delta, 0.0, 1.0)
     check_in_open_interval("sample_rate", sample_rate, 0.0, 1.0)
-    check_steps(steps)
+    check_integer("steps", steps, 1)
     check_positive("alpha", alpha)
 
 
@@ -267,3 +249,20 @@ def calibrate_r(
         steps=int(steps),
         alpha=float(alpha),
     )
+
+
+S_Y_FOR_LEARNING_RATE = 0.9
+"""The paper's choice (Section 3.6): kappa is evaluated at s_y = 0.9 to set the effective learning rate."""
+
+
+def attenuation(s_y: float, r: float, alpha: float) -> float:
+    """Equation (3): kappa = r s_y psi'(r s_y + alpha), so E[dL/dz] = kappa (s - onehot(y))."""
+    return float(r * s_y * polygamma(1, r * s_y + alpha))
+
+
+def private_learning_rate(
+    effective_rate: float, r: float, alpha: float, s_y: float = S_Y_FOR_LEARNING_RATE
+) -> float:
+    """Section 3.6 inverted: the SGD rate gamma = gamma_eff / kappa(s_y) at which a private step moves,
+    on average, like a non-private cross-entropy step at rate gamma_eff (Theorem 11, equation (3))."""
+    return effective_rate / attenuation(s_y, r, alpha)

@@ -1,4 +1,4 @@
-"""The Dirichlet-perturbed loss of Algorithm 1 and its exact moments (Theorem 11).
+"""The Dirichlet-perturbed loss of Algorithm 1 (its moments, Theorem 11, are in privacy.analysis).
 
 For logits z and public label y, Algorithm 1 draws p ~ Dir(r s(z) + alpha 1) with s = softmax and
 trains on L = -log p[y]. The sample is drawn with pathwise (reparameterised) gradients so that the
@@ -14,11 +14,7 @@ then logsumexp(log G) - log G[y], finite for every alpha > 0 and r >= 0.
 from __future__ import annotations
 
 import torch
-from scipy.special import polygamma, psi
 from torch import Tensor
-
-S_Y_FOR_LEARNING_RATE = 0.9
-"""The paper's choice (Section 3.6): kappa is evaluated at s_y = 0.9 to set the effective learning rate."""
 
 
 def log_gamma_sample(shape: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -54,24 +50,3 @@ def dirichlet_nll_loss(
     if reduction == "sum":
         return loss.sum()
     return loss
-
-
-def expected_loss(s_y: float, r: float, alpha: float, num_classes: int) -> float:
-    """Theorem 11: E[L] = psi(r + d alpha) - psi(r s_y + alpha)."""
-    return float(psi(r + num_classes * alpha) - psi(r * s_y + alpha))
-
-
-def loss_variance(s_y: float, r: float, alpha: float, num_classes: int) -> float:
-    """Theorem 11: Var[L] = psi'(r s_y + alpha) - psi'(r + d alpha)."""
-    return float(polygamma(1, r * s_y + alpha) - polygamma(1, r + num_classes * alpha))
-
-
-def attenuation(s_y: float, r: float, alpha: float) -> float:
-    """Equation (3): kappa = r s_y psi'(r s_y + alpha), so E[dL/dz] = kappa (s - onehot(y))."""
-    return float(r * s_y * polygamma(1, r * s_y + alpha))
-
-
-def effective_learning_rate(learning_rate: float, r: float, alpha: float, s_y: float = S_Y_FOR_LEARNING_RATE) -> float:
-    """Section 3.6: gamma_eff = gamma * kappa(s_y = 0.9); on average a private step with rate gamma
-    moves like a non-private cross-entropy step with rate gamma_eff."""
-    return learning_rate * attenuation(s_y, r, alpha)

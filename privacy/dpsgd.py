@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING
 
-import torch
-from opacus import GradSampleModule
-from opacus.accountants import RDPAccountant
-from opacus.accountants.utils import get_noise_multiplier
-from opacus.optimizers import DPOptimizer
-from torch import Tensor, nn
+from privacy.checks import check_in_open_interval, check_integer, check_positive
+from privacy.mechanisms import Mechanism, MechanismSpec
 
-from privacy.analysis import check_in_open_interval, check_positive
-from privacy.mechanisms import COVERS, Mechanism, MechanismSpec
+if TYPE_CHECKING:  # torch and Opacus are imported where DP-SGD trains: the registry stays cheap to import
+    import torch
+    from opacus.accountants import RDPAccountant
+    from torch import Tensor, nn
 
 EPSILON_TOLERANCE = 1e-3
 """Calibration stops once target - tolerance < eps(sigma) <= target (Opacus's bisection)."""
@@ -37,26 +36,30 @@ Composition = tuple[float, float, int]
 
 def expected_batch_size(sample_rate: float, num_examples: int) -> int:
     """L = round(q * N), at least 1: the fixed denominator of DP-SGD's averaged noisy gradient."""
-    if isinstance(num_examples, bool) or int(num_examples) != num_examples or num_examples < 1:
-        raise ValueError(f"num_examples={num_examples!r} is out of range: it must be an integer >= 1")
-    return max(1, round(sample_rate * num_examples))
+    return max(1, round(sample_rate * check_integer("num_examples", num_examples, 1)))
 
 
 def composed(history: list[Composition], noise_multiplier: float, sample_rate: float, steps: int) -> list[Composition]:
     """A new ledger: `history` plus `steps` steps at (noise_multiplier, sample_rate), merged with the last entry
     when it has the same parameters (as RDPAccountant.step merges)."""
-    if steps < 1:
-        raise ValueError(f"steps={steps!r} is out of range: it must be an integer >= 1")
+    check_integer("steps", steps, 1)
     if history and history[-1][:2] == (noise_multiplier, sample_rate):
         return history[:-1] + [(noise_multiplier, sample_rate, history[-1][2] + steps)]
     return history + [(noise_multiplier, sample_rate, steps)]
+
+
+def _rdp_accountant() -> RDPAccountant:
+    """An empty Opacus RDP ledger (Opacus is imported on first use: it costs seconds and memory)."""
+    from opacus.accountants import RDPAccountant
+
+    return RDPAccountant()
 
 
 class DPSGDMechanism(Mechanism):
     """Per-example clipped, Gaussian-noised SGD steps with an Opacus RDP ledger."""
 
     name = "dpsgd"
-    covers = COVERS["dpsgd"]
+    covers = "the trained weights and every intermediate model (DP-SGD), per example, inputs and labels"
 
     def __init__(
         self,
@@ -71,11 +74,9 @@ class DPSGDMechanism(Mechanism):
         self.noise_multiplier = float(noise_multiplier)
         self.max_grad_norm = check_positive("max_grad_norm", max_grad_norm)
         self.sample_rate = check_in_open_interval("sample_rate", sample_rate, 0.0, 1.0)
-        if expected_batch_size < 1:
-            raise ValueError(f"expected_batch_size={expected_batch_size!r} is out of range: it must be >= 1")
-        self.expected_batch_size = int(expected_batch_size)
+        self.expected_batch_size = check_integer("expected_batch_size", expected_batch_size, 1)
         self.delta = check_in_open_interval("delta", delta, 0.0, 1.0)
-        self.accountant = RDPAccountant()
+        self.accountant = _rdp_accountant()
 
     @classmethod
     def calibrated(cls, spec: MechanismSpec) -> DPSGDMechanism:
@@ -89,8 +90,9 @@ class DPSGDMechanism(Mechanism):
         check_positive("target_epsilon", spec.target_epsilon)
         check_in_open_interval("delta", spec.delta, 0.0, 1.0)
         check_in_open_interval("sample_rate", spec.sample_rate, 0.0, 1.0)
-        if spec.planned_steps < 1:
-            raise ValueError(f"planned_steps={spec.planned_steps!r} is out of range: it must be >= 1")
+        check_integer("planned_steps", spec.planned_steps, 1)
+        from opacus.accountants.utils import get_noise_multiplier
+
         with warnings.catch_warnings():  # the bisection's first probes (sigma = 20, 40, ...) warn about their order
             warnings.simplefilter("ignore", UserWarning)
             sigma = get_noise_multiplier(
@@ -118,6 +120,9 @@ class DPSGDMechanism(Mechanism):
         itself always holds the current weights (read and save those: the wrapper's state_dict keys
         carry a `_module.` prefix). A model can be wrapped once; wrap a fresh model per training run.
         """
+        from opacus import GradSampleModule
+        from opacus.optimizers import DPOptimizer
+
         module = GradSampleModule(model, loss_reduction="sum")
         dp_optimizer = DPOptimizer(
             optimizer,
@@ -130,7 +135,9 @@ class DPSGDMechanism(Mechanism):
 
     def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
         """Mean cross-entropy (DP-SGD privatises the gradient, not the loss)."""
-        return nn.functional.cross_entropy(logits, labels)
+        from torch.nn.functional import cross_entropy
+
+        return cross_entropy(logits, labels)
 
     def train_step(
         self,
@@ -142,6 +149,8 @@ class DPSGDMechanism(Mechanism):
     ) -> Tensor | None:
         """One DP-SGD step; the noise is drawn from `generator`. An empty batch steps on noise alone and
         returns None (no loss); otherwise returns the batch's mean cross-entropy (detached)."""
+        from opacus.optimizers import DPOptimizer
+
         if not isinstance(optimizer, DPOptimizer):
             raise TypeError("DPSGDMechanism.train_step needs the optimizer returned by DPSGDMechanism.wrap")
         optimizer.generator = generator
@@ -151,7 +160,9 @@ class DPSGDMechanism(Mechanism):
                 parameter.grad_sample = parameter.new_zeros((0, *parameter.shape))
             optimizer.step()
             return None
-        loss = nn.functional.cross_entropy(model(inputs), labels, reduction="sum")
+        from torch.nn.functional import cross_entropy
+
+        loss = cross_entropy(model(inputs), labels, reduction="sum")
         with warnings.catch_warnings():  # Opacus's hooks on a first layer whose input needs no gradient: benign
             warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
             loss.backward()
@@ -163,7 +174,7 @@ class DPSGDMechanism(Mechanism):
 
     def would_exceed(self, steps: int, max_epsilon: float) -> bool:
         """Whether `steps` more steps would take eps (at this mechanism's delta) above max_epsilon; no mutation."""
-        projected = RDPAccountant()
+        projected = _rdp_accountant()
         projected.history = composed(list(self.accountant.history), self.noise_multiplier, self.sample_rate, steps)
         return projected.get_epsilon(self.delta) > max_epsilon
 

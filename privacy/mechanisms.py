@@ -4,7 +4,7 @@ Each mechanism owns how one training step turns a Poisson-sampled minibatch into
 the client's ledger (its accountant), which composes exactly the steps that ran. The client code
 is the same for every mechanism:
 
-    mechanism = build_mechanism(spec)                          # calibrates once per client
+    mechanism = privacy.registry.build_mechanism(spec)         # calibrates once per client
     model, optimizer = mechanism.wrap(model, optimizer)
     if mechanism.would_exceed(steps): refuse
     for each step: mechanism.train_step(...)
@@ -16,27 +16,14 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from typing import ClassVar
-
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, ClassVar
 
 from privacy.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
 from privacy.analysis import calibrate_r
-from privacy.dirichlet import dirichlet_nll_loss
 
-MECHANISMS = ("dirichlet", "dpsgd", "none")
-
-COVERS = {
-    "dirichlet": (
-        "the perturbed softmax outputs released at each step (Theorem 10), per example, inputs only, "
-        "labels public; NOT the trained weights (audit them)"
-    ),
-    "dpsgd": "the trained weights and every intermediate model (DP-SGD), per example, inputs and labels",
-    "none": "nothing: training is not private (eps = inf)",
-}
-"""What each mechanism's eps bounds, in the words every report uses."""
-
+if TYPE_CHECKING:  # torch is imported where a mechanism trains, so that the registry stays cheap to import
+    import torch
+    from torch import Tensor, nn
 
 @dataclass(frozen=True)
 class MechanismSpec:
@@ -59,7 +46,7 @@ class Mechanism(ABC):
 
     name: ClassVar[str]
     covers: ClassVar[str]
-    """What this mechanism's eps bounds, in words that go into every report."""
+    """What this mechanism's eps bounds, in the words every report uses (read through privacy.registry)."""
     sample_rate: float
     """The Poisson sampling rate q this mechanism was calibrated for."""
 
@@ -115,6 +102,11 @@ class Mechanism(ABC):
 
     @classmethod
     @abstractmethod
+    def calibrated(cls, spec: MechanismSpec) -> Mechanism:
+        """Set the mechanism up for one client's whole-run plan (raises ValueError for an impossible budget)."""
+
+    @classmethod
+    @abstractmethod
     def from_state_dict(cls, state: dict[str, object]) -> Mechanism:
         """Rebuild a mechanism, calibration and ledger included, from state_dict()."""
 
@@ -123,17 +115,23 @@ class NoPrivacy(Mechanism):
     """The non-private baseline: the same sampler and loop, plain cross-entropy, eps = inf."""
 
     name = "none"
-    covers = COVERS["none"]
+    covers = "nothing: training is not private (eps = inf)"
 
     def __init__(self, sample_rate: float) -> None:
         self.sample_rate = sample_rate
         self._steps = 0
 
+    @classmethod
+    def calibrated(cls, spec: MechanismSpec) -> NoPrivacy:
+        return cls(spec.sample_rate)
+
     def parameters(self) -> dict[str, float]:
         return {}
 
     def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
-        return nn.functional.cross_entropy(logits, labels)
+        from torch.nn.functional import cross_entropy
+
+        return cross_entropy(logits, labels)
 
     def epsilon(self, delta: float) -> float:
         return math.inf
@@ -162,7 +160,10 @@ class DirichletMechanism(Mechanism):
     """Algorithm 1: the loss is -log p[y] with p ~ Dir(r softmax(z) + alpha); ledger of Theorem 10."""
 
     name = "dirichlet"
-    covers = COVERS["dirichlet"]
+    covers = (
+        "the perturbed softmax outputs released at each step (Theorem 10), per example, inputs only, "
+        "labels public; NOT the trained weights (audit them)"
+    )
 
     def __init__(self, r: float, alpha: float, sample_rate: float, delta: float) -> None:
         self.sample_rate = sample_rate
@@ -179,6 +180,8 @@ class DirichletMechanism(Mechanism):
         return {"r": self.event.r, "alpha": self.event.alpha}
 
     def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+        from privacy.dirichlet import dirichlet_nll_loss
+
         return dirichlet_nll_loss(logits, labels, self.event.r, self.event.alpha, generator)
 
     def epsilon(self, delta: float) -> float:
@@ -204,30 +207,3 @@ class DirichletMechanism(Mechanism):
         mechanism = cls(event.r, event.alpha, event.sample_rate, state["ledger"]["config"]["target_delta"])
         mechanism.accountant.load_state_dict(state["ledger"])
         return mechanism
-
-
-def build_mechanism(spec: MechanismSpec) -> Mechanism:
-    """Calibrate the named mechanism for one client (raises ValueError for an impossible budget)."""
-    if spec.name == "none":
-        return NoPrivacy(spec.sample_rate)
-    if spec.name == "dirichlet":
-        return DirichletMechanism.calibrated(spec)
-    if spec.name == "dpsgd":
-        from privacy.dpsgd import DPSGDMechanism
-
-        return DPSGDMechanism.calibrated(spec)
-    raise ValueError(f"mechanism={spec.name!r} is invalid: choose one of {', '.join(MECHANISMS)}")
-
-
-def restore_mechanism(state: dict[str, object]) -> Mechanism:
-    """Rebuild the mechanism saved by Mechanism.state_dict() (a client's context.state between rounds)."""
-    name = state.get("mechanism")
-    if name == "none":
-        return NoPrivacy.from_state_dict(state)
-    if name == "dirichlet":
-        return DirichletMechanism.from_state_dict(state)
-    if name == "dpsgd":
-        from privacy.dpsgd import DPSGDMechanism
-
-        return DPSGDMechanism.from_state_dict(state)
-    raise ValueError(f"unknown mechanism {name!r} in saved state")

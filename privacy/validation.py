@@ -34,23 +34,8 @@ def validate_model(model: nn.Module, allow_batch_dependent_layers: bool = False)
             f"model has batch-dependent layers {offending[:5]}{' ...' if len(offending) > 5 else ''}: "
             "BatchNorm normalises each example with statistics of the whole batch, so an example's "
             "released output depends on other examples' inputs and Theorem 10 does not cover it. "
-            "Fix: replace BatchNorm with GroupNorm (privacy.validation.replace_batch_norm(model)), or "
+            "Fix: use GroupNorm (every built-in model does unless allow-batch-norm=true), or "
             "opt in explicitly (run config allow-batch-norm=true), which marks the run as outside "
             "the accountant's assumptions"
         )
     return offending
-
-
-def replace_batch_norm(model: nn.Module, max_groups: int = 32) -> nn.Module:
-    """Swap every BatchNorm for a GroupNorm over the same channels, in place; returns the model.
-
-    The group count is the largest divisor of the channel count that is at most max_groups.
-    """
-    for name, child in model.named_children():
-        if isinstance(child, _BatchNorm):
-            channels = child.num_features
-            groups = max(g for g in range(1, min(max_groups, channels) + 1) if channels % g == 0)
-            setattr(model, name, nn.GroupNorm(groups, channels, affine=child.affine))
-        else:
-            replace_batch_norm(child, max_groups)
-    return model

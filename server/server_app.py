@@ -14,19 +14,18 @@ from flwr.app import ArrayRecord, Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from client.training import evaluate
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.task import build_run_model, federated_split, initial_model, resolve_device
-from privacy.mechanisms import COVERS
-from server.results import RunWriter
-from strategies.private_fedavg import PrivateFedAvg, RoundRecord
+from dirichlet_fl.runs import RoundRecord, RunWriter
+from dirichlet_fl.task import build_run_model, evaluate, federated_split, initial_model, resolve_device
+from privacy.registry import covers
+from strategies.private_fedavg import PrivateFedAvg
 
 app = ServerApp()
 
 
 def _central_evaluator(config: RunConfig, num_clients: int):
     """evaluate_fn(round, arrays) on the full test split, on the server's device."""
-    data = federated_split(config, num_clients).data
+    data = federated_split(config.split_spec(num_clients)).data
     device = resolve_device(config.device)
     test_x, test_y = data.test_x.to(device), data.test_y.to(device)
     model = build_run_model(config, data).to(device)
@@ -57,9 +56,9 @@ def main(grid: Grid, context: Context) -> None:
         seed=config.seed, fraction_train=config.fraction_train, fraction_evaluate=config.fraction_evaluate
     )
     num_clients = strategy.discover(grid)
-    data = federated_split(config, num_clients).data
+    data = federated_split(config.split_spec(num_clients)).data
     model = initial_model(config, data)
-    writer = RunWriter.create(config, num_clients, COVERS[config.mechanism])
+    writer = RunWriter.create(config, num_clients, covers(config.mechanism))
     evaluate_fn = _central_evaluator(config, num_clients)
     initial_arrays = ArrayRecord(model.state_dict())
     start = evaluate_fn(0, initial_arrays)
@@ -76,7 +75,7 @@ def main(grid: Grid, context: Context) -> None:
     for line in _summary_lines(config, summary, writer.directory):
         log(INFO, "%s", line)
     if config.audit:
-        from dirichlet_fl.commands.audit import audit_run
+        from dirichlet_fl.run_audit import audit_run
 
         report = audit_run(writer.directory)
         log(INFO, "audit: AUC %.3f, empirical eps >= %.3f vs claimed %.4f (delta=%g)%s; see %s/audit.json",

@@ -8,7 +8,7 @@ over 10 clients, and `central` (one client holding all the training data), all w
 rounds, local epochs and batch size, so every example is visited as often in each.
 
 Learning rates: one rate for no privacy; the Dirichlet mechanism's rate is that rate divided by
-kappa(s_y = 0.9) at the run's r* (Theorem 11, privacy.dirichlet.attenuation), so that a private
+kappa(s_y = 0.9) at the run's r* (Theorem 11, privacy.dirichlet.private_learning_rate), so that a private
 step moves like a plain one on average. r* is solved for the nominal client (training examples /
 clients, the actual size in the IID splits); clients of other sizes calibrate their own r* but share
 the run's rate, as in the app. DP-SGD has its own rate (clipped, noised, averaged over the expected
@@ -35,11 +35,9 @@ from pathlib import Path
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.task import federated_split, mechanism_spec
-from privacy.analysis import calibrate_r, epsilon_floor
-from privacy.dirichlet import attenuation
+from privacy.analysis import PAPER_DELTA, calibrate_r, epsilon_floor, private_learning_rate
 from sims.fedavg_loop import run_fedavg
 
-DELTA = 1e-5
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 MECHANISMS = ("none", "dirichlet", "dpsgd")
 SPLITS = ("iid", "noniid", "central")
@@ -52,7 +50,7 @@ class Sweep:
     """Everything the sweep holds fixed across cells (saved as sweep.json)."""
 
     dataset: str = "mnist-idx"
-    data_root: str = "/work/shared/data/mnist-t10k"
+    data_root: str = "data/mnist-t10k"
     num_clients: int = 10
     beta: float = 0.3
     model: str = "cnn"
@@ -89,7 +87,7 @@ def run_config(sweep: Sweep, cell: Cell, learning_rate: float) -> RunConfig:
         num_server_rounds=sweep.rounds, seed=cell.seed, dataset=sweep.dataset, data_root=sweep.data_root,
         partitioner="dirichlet" if cell.split == "noniid" else "iid", beta=sweep.beta, model=sweep.model,
         mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
-        delta=DELTA, alpha=sweep.alpha, max_grad_norm=sweep.max_grad_norm, batch_size=sweep.batch_size,
+        delta=PAPER_DELTA, alpha=sweep.alpha, max_grad_norm=sweep.max_grad_norm, batch_size=sweep.batch_size,
         local_epochs=sweep.local_epochs, optimizer="sgd", learning_rate=learning_rate, device="cpu",
         fraction_evaluate=0.0, results_dir="",
     )
@@ -102,17 +100,17 @@ def dirichlet_learning_rate(sweep: Sweep, cell: Cell, num_train: int) -> float:
     nominal = run_config(sweep, cell, sweep.learning_rate)
     clients = clients_of(sweep, cell.split)
     spec = mechanism_spec(nominal, 0, num_train // clients, nominal.target_epsilon_for(0, clients))
-    r = calibrate_r(cell.epsilon, DELTA, spec.sample_rate, spec.planned_steps, sweep.alpha).r
-    return sweep.learning_rate / attenuation(0.9, r, sweep.alpha)
+    r = calibrate_r(cell.epsilon, PAPER_DELTA, spec.sample_rate, spec.planned_steps, sweep.alpha).r
+    return private_learning_rate(sweep.learning_rate, r, sweep.alpha)
 
 
 def client_floor(config: RunConfig, clients: int) -> float:
     """The largest Theorem 10 floor over the run's clients (each has its own q and T)."""
-    split = federated_split(config, clients)
+    split = federated_split(config.split_spec(clients))
     floors = []
     for partition_id, part in enumerate(split.train_parts):
         spec = mechanism_spec(config, partition_id, len(part), config.target_epsilon_for(partition_id, clients))
-        floors.append(epsilon_floor(spec.sample_rate, spec.planned_steps, DELTA).epsilon)
+        floors.append(epsilon_floor(spec.sample_rate, spec.planned_steps, PAPER_DELTA).epsilon)
     return max(floors)
 
 
@@ -121,7 +119,7 @@ def run_cell(sweep: Sweep, cell: Cell) -> dict[str, object]:
     costs on an otherwise idle core, whatever else the machine was doing)."""
     start, cpu_start = time.perf_counter(), time.process_time()
     clients = clients_of(sweep, cell.split)
-    row: dict[str, object] = {**asdict(cell), "delta": DELTA, "floor": "", "noise": "", "failed_clients": 0}
+    row: dict[str, object] = {**asdict(cell), "delta": PAPER_DELTA, "floor": "", "noise": "", "failed_clients": 0}
     rate = {"none": sweep.learning_rate, "dpsgd": sweep.dpsgd_learning_rate}.get(cell.mechanism)
     if cell.mechanism == "dirichlet":
         config = run_config(sweep, cell, sweep.learning_rate)
@@ -130,7 +128,7 @@ def run_cell(sweep: Sweep, cell: Cell) -> dict[str, object]:
         if cell.epsilon <= floor:
             return {**row, "status": "unreachable", "accuracy": "", "max_client_epsilon": "", "learning_rate": "",
                     "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
-        rate = dirichlet_learning_rate(sweep, cell, len(federated_split(config, clients).data.train_y))
+        rate = dirichlet_learning_rate(sweep, cell, len(federated_split(config.split_spec(clients)).data.train_y))
     config = run_config(sweep, cell, rate)
     result = run_fedavg(config, clients)
     return {**row, "status": "ok", "accuracy": result.final_accuracy,
@@ -201,7 +199,7 @@ def _collect(results, writer: csv.DictWriter, handle, total: int) -> list[dict[s
         writer.writerow(row)
         handle.flush()
         accuracy = f"{row['accuracy']:.4f}" if row["status"] == "ok" else row["status"]
-        print(f"[{len(rows)}/{total}] {row['split']} {row['mechanism']} eps={row['epsilon']:g} (delta={DELTA:g}) "
+        print(f"[{len(rows)}/{total}] {row['split']} {row['mechanism']} eps={row['epsilon']:g} (delta={PAPER_DELTA:g}) "
               f"seed {row['seed']}: {accuracy} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
     return rows
 
@@ -213,7 +211,7 @@ def summarise(rows: list[dict[str, object]]) -> list[dict[str, object]]:
         groups.setdefault((row["split"], row["mechanism"], row["epsilon"]), []).append(row)
     table = []
     for (split, mechanism, epsilon), members in sorted(groups.items(), key=lambda item: _order(item[0])):
-        entry: dict[str, object] = {"split": split, "mechanism": mechanism, "epsilon": epsilon, "delta": DELTA}
+        entry: dict[str, object] = {"split": split, "mechanism": mechanism, "epsilon": epsilon, "delta": PAPER_DELTA}
         if any(m["status"] == "unreachable" for m in members):
             entry.update(status="unreachable", floor=max(float(m["floor"]) for m in members))
         else:
@@ -241,7 +239,7 @@ def markdown_table(table: list[dict[str, object]], sweep: Sweep) -> str:
     """Accuracy (%) mean ± std over seeds: a row per (mechanism, eps), a column per split."""
     index = {(e["split"], e["mechanism"], e["epsilon"]): e for e in table}
     splits = [s for s in SPLITS if s in sweep.splits]
-    lines = [f"| mechanism | eps (delta={DELTA:g}) | " + " | ".join(splits) + " |",
+    lines = [f"| mechanism | eps (delta={PAPER_DELTA:g}) | " + " | ".join(splits) + " |",
              "|---|---|" + "---|" * len(splits)]
     keys = sorted({(e["mechanism"], e["epsilon"]) for e in table}, key=lambda k: (MECHANISMS.index(k[0]), k[1]))
     for mechanism, epsilon in keys:
@@ -265,7 +263,7 @@ def plot(table: list[dict[str, object]], sweep: Sweep, path: Path) -> None:
         axis.set_title({"iid": f"IID, {sweep.num_clients} clients",
                         "noniid": f"non-IID (beta {sweep.beta:g}), {sweep.num_clients} clients",
                         "central": "centralized (1 client)"}[split])
-        axis.set_xlabel(f"eps (delta={DELTA:g})")
+        axis.set_xlabel(f"eps (delta={PAPER_DELTA:g})")
     axes[0].set_ylabel("test accuracy")
     axes[0].legend(loc="best")
     figure.suptitle(f"{sweep.dataset}, {sweep.model}, {sweep.rounds} rounds x {sweep.local_epochs:g} local epochs, "
@@ -289,28 +287,6 @@ def _plot_split(axis, entries: list[dict[str, object]], sweep: Sweep) -> None:
     axis.grid(alpha=0.3)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of `bench accuracy` (defaults: the full sweep)."""
-    defaults = Sweep()
-    parser.add_argument("--quick", action="store_true",
-                        help="one seed, eps in {1, 4}, 2 rounds: a few minutes, to check the pipeline")
-    parser.add_argument("--dataset", default=defaults.dataset)
-    parser.add_argument("--data-root", default=defaults.data_root)
-    parser.add_argument("--num-clients", type=int, default=defaults.num_clients)
-    parser.add_argument("--seeds", type=int, default=len(defaults.seeds), help="seeds 0..N-1 (default 3)")
-    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in defaults.epsilons),
-                        help="comma-separated target eps values, at delta=1e-5")
-    parser.add_argument("--splits", default=",".join(defaults.splits), help=f"subset of {','.join(SPLITS)}")
-    parser.add_argument("--mechanisms", default=",".join(defaults.mechanisms), help=f"subset of {','.join(MECHANISMS)}")
-    parser.add_argument("--rounds", type=int, default=defaults.rounds)
-    parser.add_argument("--local-epochs", type=float, default=defaults.local_epochs)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate,
-                        help="plain SGD rate; the Dirichlet rate is this / kappa")
-    parser.add_argument("--dpsgd-learning-rate", type=float, default=defaults.dpsgd_learning_rate)
-    parser.add_argument("--workers", type=int, default=2, help="worker processes, one thread each (default 2)")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the finished runs of an interrupted sweep in --out and run the rest")
 
 
 def _subset(text: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
@@ -353,7 +329,7 @@ def _resumable(out_dir: Path, described: str) -> list[dict[str, object]]:
 def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     """Run the sweep; write runs.csv, table.csv, table.md, the plot and sweep.json; return the summary."""
     sweep = sweep_from_args(args)
-    described = json.dumps({**asdict(sweep), "delta": DELTA}, indent=2) + "\n"
+    described = json.dumps({**asdict(sweep), "delta": PAPER_DELTA}, indent=2) + "\n"
     done = _resumable(out_dir, described) if args.resume else []
     (out_dir / "sweep.json").write_text(described)
     start = time.perf_counter()
@@ -370,7 +346,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
             "runs": len(rows), "resumed_runs": len(done), "table": table,
             "files": {name: str(out_dir / name) for name in
                       ("runs.csv", "table.csv", "table.md", "accuracy_vs_epsilon.png", "sweep.json")},
-            "config": {**asdict(sweep), "delta": DELTA, "workers": args.workers}}
+            "config": {**asdict(sweep), "delta": PAPER_DELTA, "workers": args.workers}}
 
 
 def summary_lines(report: dict[str, object]) -> list[str]:

@@ -1,4 +1,4 @@
-"""`dirichlet-fl audit-experiment`: does a model claimed at eps leak like eps? (NOTES.md section 3)
+"""The audit experiment (`dirichlet-fl audit-experiment`): does a model claimed at eps leak like eps?
 
 For each seed: draw a random pool of candidates from the training split and assign each at random to
 members or non-members (a random balanced assignment, so the audit is a valid DP lower bound: a
@@ -23,13 +23,10 @@ on 2 CPU cores shared with other work; `--quick` (2 seeds, T = 1000) takes about
 
 from __future__ import annotations
 
-import argparse
 import csv
 import functools
 import json
 import math
-import os
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -40,14 +37,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from client.training import evaluate, make_optimizer, train_locally
+from client.training import make_optimizer, train_locally
 from dirichlet_fl.data import ImageData, load_dataset
 from dirichlet_fl.models import build_model
+from dirichlet_fl.task import evaluate
+from privacy.analysis import private_learning_rate
 from privacy.audit import AttackCounts, audit, epsilon_from_counts, per_example_losses
-from privacy.dirichlet import S_Y_FOR_LEARNING_RATE, attenuation
-from privacy.mechanisms import COVERS, MECHANISMS, MechanismSpec, build_mechanism
+from privacy.mechanisms import MechanismSpec
+from privacy.registry import build_mechanism, covers
+from sims.audit_config import ExperimentConfig
 
-PROG = "dirichlet-fl audit-experiment"
 CONTROL = "control"
 CONTROL_COVERS = "the candidates never entered training: its eps with respect to them is exactly 0"
 CONFIDENCE = 0.95
@@ -57,45 +56,6 @@ CSV_COLUMNS = [
     "violation", "true_positives", "members", "false_positives", "nonmembers", "learning_rate", "noise",
     "seconds", "covers",
 ]
-
-
-@dataclass(frozen=True)
-class ExperimentConfig:
-    """Everything that determines the experiment's result (saved as config.json next to it)."""
-
-    dataset: str = "mnist-idx"
-    data_root: str | None = None
-    epsilon: float = 1.0
-    delta: float = 1e-5
-    alpha: float = 3.0
-    sample_rate: float = 0.01
-    steps: int = 4000
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    candidates: int = 1000
-    extra_train: int = 0
-    model: str = "cnn"
-    learning_rate: float = 0.025
-    dpsgd_learning_rate: float = 0.005
-    optimizer: str = "sgd"
-    max_grad_norm: float = 1.0
-    mechanisms: tuple[str, ...] = MECHANISMS
-    workers: int = 2
-
-    def validate(self, num_train: int) -> None:
-        """Raise ValueError naming the flag when the split or the plan is impossible."""
-        if self.candidates < 8:
-            raise ValueError(f"--candidates={self.candidates} is out of range: it must be >= 8")
-        needed = self.candidates + self.candidates // 2 + self.extra_train
-        if needed > num_train:
-            raise ValueError(
-                f"--candidates={self.candidates} and --extra-train={self.extra_train} need {needed} training "
-                f"examples (candidates, a control set as large as members + extra), but {self.dataset} has {num_train}"
-            )
-        if not 0.0 < self.sample_rate < 1.0 or self.steps < 1 or not self.seeds or self.workers < 1:
-            raise ValueError("need 0 < --sample-rate < 1, --steps >= 1, at least one seed and --workers >= 1")
-        unknown = [name for name in self.mechanisms if name not in MECHANISMS]
-        if unknown:
-            raise ValueError(f"--mechanisms has unknown {unknown}; valid: {', '.join(MECHANISMS)}")
 
 
 @dataclass(frozen=True)
@@ -139,7 +99,7 @@ class ArmResult:
 
 
 @functools.lru_cache(maxsize=1)
-def _data(dataset: str, data_root: str | None) -> ImageData:
+def load_experiment_data(dataset: str, data_root: str | None) -> ImageData:
     return load_dataset(dataset, data_root)
 
 
@@ -147,7 +107,7 @@ def _learning_rate(arm: str, config: ExperimentConfig, noise: dict[str, float]) 
     """Dirichlet with SGD: the rate whose effective rate (Theorem 11's kappa at s_y = 0.9) is the non-private
     one. Adam normalises the gradient's scale, so with Adam every non-DP-SGD arm uses the same rate."""
     if arm == "dirichlet" and config.optimizer == "sgd":
-        return config.learning_rate / attenuation(S_Y_FOR_LEARNING_RATE, noise["r"], config.alpha)
+        return private_learning_rate(config.learning_rate, noise["r"], config.alpha)
     if arm == "dpsgd":
         return config.dpsgd_learning_rate
     return config.learning_rate
@@ -156,7 +116,7 @@ def _learning_rate(arm: str, config: ExperimentConfig, noise: dict[str, float]) 
 def train_arm(config: ExperimentConfig, seed: int, arm: str) -> ArmResult:
     """Train the model of one arm for one seed and measure its candidates' losses and test accuracy."""
     started = time.monotonic()
-    data = _data(config.dataset, config.data_root)
+    data = load_experiment_data(config.dataset, config.data_root)
     split = candidate_split(len(data.train_y), config, seed)
     train_index = split.control_train if arm == CONTROL else np.concatenate([split.members, split.extra])
     inputs, labels = data.train_x[torch.as_tensor(train_index)], data.train_y[torch.as_tensor(train_index)]
@@ -223,7 +183,7 @@ def _log_result(log: Callable[[str], None], result: ArmResult, done: int, total:
 
 
 def _covers(arm: str) -> str:
-    return CONTROL_COVERS if arm == CONTROL else COVERS[arm]
+    return CONTROL_COVERS if arm == CONTROL else covers(arm)
 
 
 def audit_rows(config: ExperimentConfig, results: list[ArmResult]) -> list[dict[str, object]]:
@@ -334,77 +294,3 @@ def write_outputs(
         out / "losses.npz",
         **{f"{r.arm}_seed{r.seed}_{side}": getattr(r, f"{side}_losses") for r in results for side in ("member", "nonmember")},
     )
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    defaults = ExperimentConfig()
-    parser = subparsers.add_parser(
-        "audit-experiment",
-        help="audit models trained with none, dirichlet and dpsgd at one eps over several seeds",
-        description="NOTES.md section 3: random members/non-members, one model per mechanism and seed plus a "
-        "control that never saw the candidates; loss-threshold membership audit with an empirical eps bound.",
-    )
-    parser.add_argument("--dataset", default=defaults.dataset, help=f"data set (default {defaults.dataset})")
-    parser.add_argument("--data-root", default=None, help="folder of the data set (mnist-idx: the IDX files)")
-    parser.add_argument("--epsilon", type=float, default=defaults.epsilon, help="target eps of every private arm")
-    parser.add_argument("--delta", type=float, default=defaults.delta)
-    parser.add_argument("--alpha", type=float, default=defaults.alpha, help="Dirichlet offset alpha")
-    parser.add_argument("--sample-rate", type=float, default=defaults.sample_rate, help="Poisson rate q")
-    parser.add_argument("--steps", type=int, default=None, help=f"training steps T (default {defaults.steps})")
-    parser.add_argument("--seeds", type=int, default=None, help=f"number of seeds (default {len(defaults.seeds)})")
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--candidates", type=int, default=defaults.candidates, help="candidates per seed (half members)")
-    parser.add_argument("--extra-train", type=int, default=defaults.extra_train, help="non-candidate training examples")
-    parser.add_argument("--model", default=defaults.model)
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate, help="non-private SGD rate")
-    parser.add_argument("--dpsgd-learning-rate", type=float, default=defaults.dpsgd_learning_rate)
-    parser.add_argument("--optimizer", choices=("sgd", "adam"), default=defaults.optimizer)
-    parser.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm, help="DP-SGD clip norm C")
-    parser.add_argument("--mechanisms", default=",".join(defaults.mechanisms), help="comma-separated arms")
-    parser.add_argument("--workers", type=int, default=min(defaults.workers, os.cpu_count() or 1))
-    parser.add_argument("--quick", action="store_true", help="2 seeds x 1000 steps (minutes): a smoke run")
-    parser.add_argument("--out", default=None, help="output folder (default results/audit-experiment-<time>)")
-    parser.set_defaults(func=run)
-
-
-def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
-    """--quick sets 2 seeds and 1000 steps unless --seeds / --steps say otherwise."""
-    seeds = args.seeds if args.seeds is not None else (2 if args.quick else len(ExperimentConfig.seeds))
-    steps = args.steps if args.steps is not None else (1000 if args.quick else ExperimentConfig.steps)
-    return ExperimentConfig(
-        dataset=args.dataset,
-        data_root=args.data_root,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        alpha=args.alpha,
-        sample_rate=args.sample_rate,
-        steps=steps,
-        seeds=tuple(range(args.first_seed, args.first_seed + seeds)),
-        candidates=args.candidates,
-        extra_train=args.extra_train,
-        model=args.model,
-        learning_rate=args.learning_rate,
-        dpsgd_learning_rate=args.dpsgd_learning_rate,
-        optimizer=args.optimizer,
-        max_grad_norm=args.max_grad_norm,
-        mechanisms=tuple(name.strip() for name in args.mechanisms.split(",") if name.strip()),
-        workers=args.workers,
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    out = Path(args.out or f"results/audit-experiment-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
-        config.validate(len(_data(config.dataset, config.data_root).train_y))
-    except (OSError, ValueError) as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
-    started = time.monotonic()
-    results = run_arms(config, log=lambda line: print(line, flush=True))
-    seconds = time.monotonic() - started
-    rows = audit_rows(config, results)
-    write_outputs(out, config, results, rows, seconds)
-    print(markdown(config, rows, seconds))
-    print(f"wrote config.json, results.csv, results.md and losses.npz in {out}")
-    return 0

@@ -27,7 +27,7 @@ from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp, polygamma
 
 from privacy import analysis
-from privacy.analysis import DEFAULT_MAX_ORDER, UnreachableEpsilonError, calibrate_r
+from privacy.analysis import DEFAULT_MAX_ORDER, PAPER_DELTA, UnreachableEpsilonError, calibrate_r
 
 PAPER_SETTINGS = {
     "cifar10": (0.005, 20_000),
@@ -38,7 +38,6 @@ PAPER_SETTINGS = {
 """(sampling rate q, steps T) per data set, Section 4.1.2 of the paper."""
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
 ALPHAS = (1.0, 3.0)
-DELTA = 1e-5
 TARGET_SECONDS = 0.010
 
 
@@ -54,7 +53,7 @@ class Setting:
 
     def solve(self) -> float:
         """calibrate_r's r*."""
-        return calibrate_r(self.epsilon, DELTA, self.sample_rate, self.steps, self.alpha).r
+        return calibrate_r(self.epsilon, PAPER_DELTA, self.sample_rate, self.steps, self.alpha).r
 
 
 def grid() -> list[Setting]:
@@ -80,7 +79,7 @@ def reference_epsilon(r: float, setting: Setting, max_order: int = DEFAULT_MAX_O
         log_weights = np.concatenate(([0.0, 0.0, e[2]], math.log(3.0) + (j[3:] - 1.0) * e[3:]))
         log_bracket = float(logsumexp(log_pmf + log_weights))
         eps = setting.steps / (lam - 1) * log_bracket + math.log(lam - 1)
-        best = min(best, eps - (math.log(DELTA) + lam * math.log(lam)) / (lam - 1))
+        best = min(best, eps - (math.log(PAPER_DELTA) + lam * math.log(lam)) / (lam - 1))
         lam += 1
     return best
 
@@ -112,7 +111,7 @@ def time_grid(settings: list[Setting], repeats: int) -> list[dict[str, object]]:
     """Per configuration: r*, its median warm solve time, its cold time; or the floor if unreachable."""
     rows = []
     for setting in settings:
-        row: dict[str, object] = {**setting.__dict__, "delta": DELTA}
+        row: dict[str, object] = {**setting.__dict__, "delta": PAPER_DELTA}
         try:
             cold = _cold_seconds(setting)
         except UnreachableEpsilonError as error:
@@ -130,16 +129,11 @@ def time_reference(settings: list[Setting]) -> list[dict[str, object]]:
     for setting in settings:
         reference_seconds, reference_r = _seconds(lambda: reference_solve(setting))
         fast_seconds, fast_r = _seconds(setting.solve)
-        rows.append({**setting.__dict__, "delta": DELTA, "reference_seconds": reference_seconds,
+        rows.append({**setting.__dict__, "delta": PAPER_DELTA, "reference_seconds": reference_seconds,
                      "reference_r_star": reference_r, "fast_seconds": fast_seconds, "fast_r_star": fast_r})
     return rows
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of `bench accountant`."""
-    parser.add_argument("--repeats", type=int, default=5, help="warm solves per configuration (default 5)")
-    parser.add_argument("--reference-configs", type=int, default=2,
-                        help="configurations also solved by the plain reference loop (default 2; ~1 s each)")
 
 
 def _reference_settings(settings: list[Setting], rows: list[dict[str, object]], count: int) -> list[Setting]:
@@ -170,7 +164,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         "target_met": median <= TARGET_SECONDS,
         "grid": rows,
         "reference": reference,
-        "config": {"settings": PAPER_SETTINGS, "epsilons": EPSILONS, "alphas": ALPHAS, "delta": DELTA,
+        "config": {"settings": PAPER_SETTINGS, "epsilons": EPSILONS, "alphas": ALPHAS, "delta": PAPER_DELTA,
                    "repeats": args.repeats, "max_order": DEFAULT_MAX_ORDER},
     }
     if reference:
@@ -188,12 +182,12 @@ def summary_lines(report: dict[str, object]) -> list[str]:
     """Human-readable lines: medians, target, and the reference comparison."""
     state = "met" if report["target_met"] else "MISSED"
     lines = [
-        f"r* solve (calibrate_r), {report['solves']} configurations (delta={DELTA:g}): median "
+        f"r* solve (calibrate_r), {report['solves']} configurations (delta={PAPER_DELTA:g}): median "
         f"{report['median_seconds'] * 1e3:.2f} ms warm, {report['median_cold_seconds'] * 1e3:.2f} ms cold, "
         f"max {report['max_seconds'] * 1e3:.2f} ms (target <= {TARGET_SECONDS * 1e3:g} ms: {state})"
     ]
     for row in report["unreachable"]:
-        lines.append(f"  unreachable: {row['dataset']} eps={row['epsilon']:g} (delta={DELTA:g}) "
+        lines.append(f"  unreachable: {row['dataset']} eps={row['epsilon']:g} (delta={PAPER_DELTA:g}) "
                      f"alpha={row['alpha']:g}: floor {row['floor']:.4f}")
     if report["reference"]:
         lines.append(

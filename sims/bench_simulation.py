@@ -190,16 +190,6 @@ def _child_loop(overrides: dict[str, Any], clients: int, out: Path) -> None:
     (out / "final.json").write_text(json.dumps({"final_accuracy": result.final_accuracy}))
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of `bench simulation`."""
-    parser.add_argument("--runs", type=int, default=3, help="runs of each kind, alternating (default 3)")
-    parser.add_argument("--clients", type=int, default=10, help="federation size (default 10)")
-    parser.add_argument("--ray-worker-niceness", type=int, default=0,
-                        help="niceness of Ray's workers, the Flower clients (default 0, the loop's; Ray's own "
-                             "default, 15, starves them on a busy machine)")
-    parser.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'",
-                        help="run-config overrides, as for `flwr run --run-config` (default: none, the "
-                             "pyproject defaults)")
 
 
 def parse_overrides(text: str) -> dict[str, Any]:

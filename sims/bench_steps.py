@@ -17,15 +17,16 @@ import argparse
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
-from dirichlet_fl.models import MODELS, build_model
-from privacy.analysis import calibrate_r
+from dirichlet_fl.models import build_model
+from dirichlet_fl.task import synchronize
+from privacy.analysis import PAPER_DELTA, calibrate_r
 from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, Mechanism, MechanismSpec, NoPrivacy
 
@@ -45,19 +46,6 @@ class Contender:
     optimizer: torch.optim.Optimizer
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of `bench steps`."""
-    parser.add_argument("--model", choices=MODELS, default="cnn", help="network (default cnn)")
-    parser.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
-    parser.add_argument("--image-size", type=int, default=28, help="square input side (default 28, MNIST)")
-    parser.add_argument("--channels", type=int, default=1, help="input channels (default 1)")
-    parser.add_argument("--classes", type=int, default=10, help="output classes (default 10)")
-    parser.add_argument("--repeats", type=int, default=50, help="timed steps per contender (default 50)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed steps per contender first (default 5)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's choice)")
-    parser.add_argument("--profile", action="store_true", help="also time the pieces of each step")
-    parser.add_argument("--seed", type=int, default=0)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -71,7 +59,7 @@ def _check(args: argparse.Namespace) -> None:
 def _mechanisms(batch_size: int) -> dict[str, Mechanism]:
     """The three mechanisms, calibrated for eps = 1 (delta = 1e-5) in the paper's CIFAR10 setting."""
     num_examples = round(batch_size / PAPER_SAMPLE_RATE)
-    spec = MechanismSpec("dpsgd", 1.0, 1e-5, PAPER_SAMPLE_RATE, PAPER_STEPS, num_examples=num_examples)
+    spec = MechanismSpec("dpsgd", 1.0, PAPER_DELTA, PAPER_SAMPLE_RATE, PAPER_STEPS, num_examples=num_examples)
     r = calibrate_r(spec.target_epsilon, spec.delta, spec.sample_rate, spec.planned_steps, spec.alpha).r
     return {
         "plain": NoPrivacy(PAPER_SAMPLE_RATE),
@@ -94,16 +82,11 @@ def build_contenders(args: argparse.Namespace, device: torch.device) -> dict[str
     return contenders
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _timed(device: torch.device, action: Callable[[], object]) -> float:
-    _synchronize(device)
+    synchronize(device)
     start = time.perf_counter()
     action()
-    _synchronize(device)
+    synchronize(device)
     return time.perf_counter() - start
 
 

@@ -5,11 +5,8 @@ sweeps (sims/accuracy_vs_epsilon.py) on a 2-core machine, where a Ray start-up p
 more than the training itself.
 
 What is the same as the app (client/client_app.py, server/server_app.py, strategies/private_fedavg.py):
-the split, shards and initial model (dirichlet_fl.task); each client calibrates its mechanism once,
-at its first round, for q = batch-size / its examples and every planned round, keeps it (and its
-ledger) across rounds, and refuses a round that would take it past its target eps; its generator is
-seeded with SeedSequence([seed, partition, round]); training is client.training.train_locally with
-the run's augmentation; clients are sampled with the strategy's seeded rule, clients that are spent
+the split, shards and initial model (dirichlet_fl.task); each client's round is client.round.train_round,
+the ClientApp's own (calibrate once, keep the ledger, refuse past the budget, train); clients are sampled with the strategy's seeded rule, clients that are spent
 are not sampled again; updates are averaged with Flower's aggregate_arrayrecords weighted by
 num-examples; the global model is evaluated on the test split every round (and at round 0), and the
 clients sampled for evaluation evaluate it on their local test shares.
@@ -21,35 +18,18 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from torch import nn
 
-from client.training import evaluate, make_optimizer, train_locally
+from client.round import Client, shard_of, train_round
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.task import (
-    augmentation,
-    build_run_model,
-    client_generator,
-    client_shard,
-    federated_split,
-    initial_model,
-    mechanism_spec,
-    resolve_device,
-)
-from privacy.mechanisms import Mechanism, build_mechanism
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED
+from dirichlet_fl.task import evaluate, federated_split, initial_model, resolve_device
 from strategies.private_fedavg import seeded_sample
-
-
-@dataclass
-class ClientState:
-    """What a client keeps between rounds (the app keeps it in context.state)."""
-
-    mechanism: Mechanism
-    target_epsilon: float
 
 
 @dataclass(frozen=True)
@@ -83,28 +63,11 @@ class LoopResult:
         return self.rounds[-1].central_accuracy if self.rounds else self.initial_accuracy
 
 
-def _train_client(
-    config: RunConfig, state: ClientState, partition_id: int, num_clients: int, global_state: dict, server_round: int
-) -> RecordDict:
-    """One client's round: train from the global weights; return its update weighted by its examples."""
-    shard = client_shard(config, partition_id, num_clients)
-    mechanism = state.mechanism
-    model = build_run_model(config, federated_split(config, num_clients).data).to(shard.train_x.device)
-    model.load_state_dict(global_state)
-    wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, config.learning_rate))
-    generator = client_generator(config, partition_id, server_round, shard.train_x.device)
-    steps = config.local_steps_per_round(mechanism.sample_rate)
-    train_locally(wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate,
-                  generator, augmentation(config))
-    metrics = MetricRecord({"num-examples": shard.num_examples})
-    return RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics})
-
-
 def _federated_accuracy(config: RunConfig, model: nn.Module, clients: list[int], num_clients: int) -> float:
     """Accuracy of the global model on the sampled clients' local test shares, weighted by their sizes."""
     correct, total = 0.0, 0
     for partition_id in clients:
-        shard = client_shard(config, partition_id, num_clients)
+        shard = shard_of(config, Client(partition_id, num_clients, config.target_epsilon))
         _, accuracy = evaluate(model, shard.test_x, shard.test_y)
         correct += accuracy * shard.test_y.shape[0]
         total += int(shard.test_y.shape[0])
@@ -117,25 +80,22 @@ class FedAvgLoop:
     def __init__(self, config: RunConfig, num_clients: int) -> None:
         self.config = config
         self.num_clients = num_clients
-        data = federated_split(config, num_clients).data
+        data = federated_split(config.split_spec(num_clients)).data
         device = resolve_device(config.device)
         self.model = initial_model(config, data).to(device)
         self.test_x, self.test_y = data.test_x.to(device), data.test_y.to(device)
-        self.clients: dict[int, ClientState] = {}
+        self.saved: dict[int, dict[str, object]] = {}
+        self.epsilons: dict[int, float] = {}
+        self.parameters: dict[int, dict[str, float]] = {}
         self.exhausted: set[int] = set()
         self.failures: dict[int, str] = {}
 
-    def _state(self, partition_id: int) -> ClientState:
-        """The client's mechanism: calibrated at its first round, then kept."""
-        if partition_id not in self.clients:
-            num_examples = client_shard(self.config, partition_id, self.num_clients).num_examples
-            target = self.config.target_epsilon_for(partition_id, self.num_clients)
-            spec = mechanism_spec(self.config, partition_id, num_examples, target)
-            self.clients[partition_id] = ClientState(build_mechanism(spec), spec.target_epsilon)
-        return self.clients[partition_id]
+    def _client(self, partition_id: int) -> Client:
+        return Client(partition_id, self.num_clients, self.config.target_epsilon_for(partition_id, self.num_clients))
 
     def _round_updates(self, server_round: int) -> tuple[list[RecordDict], int, int] | None:
-        """Train the sampled clients; None when no client can train (the run ends)."""
+        """Train the sampled clients (client.round.train_round, as the ClientApp does); None when no client
+        can train (the run ends)."""
         eligible = [c for c in range(self.num_clients) if c not in self.exhausted]
         if not eligible:
             return None
@@ -144,21 +104,23 @@ class FedAvgLoop:
         global_state = self.model.state_dict()
         updates, refused, failed = [], 0, 0
         for partition_id in chosen:
-            try:
-                state = self._state(partition_id)
-            except ValueError as error:  # the app's SETUP_FAILED reply: this round goes on without it
-                self.failures[partition_id] = str(error)
-                failed += 1
-                continue
-            steps = self.config.local_steps_per_round(state.mechanism.sample_rate)
-            if state.mechanism.would_exceed(steps, state.target_epsilon):
+            outcome = train_round(self.config, self._client(partition_id), self.saved.get(partition_id),
+                                  global_state, server_round)
+            if outcome.mechanism is not None:
+                self.saved[partition_id] = outcome.mechanism.state_dict()
+                self.epsilons[partition_id] = outcome.mechanism.epsilon(self.config.delta)
+                self.parameters[partition_id] = outcome.mechanism.parameters()
+            if outcome.error_code == BUDGET_EXHAUSTED:
                 self.exhausted.add(partition_id)
                 refused += 1
-                continue
-            updates.append(_train_client(self.config, state, partition_id, self.num_clients, global_state,
-                                         server_round))
-            if state.mechanism.would_exceed(steps, state.target_epsilon):
-                self.exhausted.add(partition_id)
+            elif outcome.error_code is not None:
+                self.failures[partition_id] = outcome.reason
+                failed += 1
+            else:
+                metrics = MetricRecord({"num-examples": outcome.metrics["num-examples"]})
+                updates.append(RecordDict({"arrays": ArrayRecord(outcome.weights), "metrics": metrics}))
+                if not outcome.metrics["can-continue"]:
+                    self.exhausted.add(partition_id)
         return updates, refused, failed
 
     def run_round(self, server_round: int) -> LoopRound | None:
@@ -184,7 +146,7 @@ class FedAvgLoop:
 
     def max_epsilon(self) -> float:
         """The largest eps (at config.delta) any client has spent so far."""
-        return max((s.mechanism.epsilon(self.config.delta) for s in self.clients.values()), default=0.0)
+        return max(self.epsilons.values(), default=0.0)
 
 
 def run_fedavg(
@@ -201,7 +163,7 @@ def run_fedavg(
         result.rounds.append(record)
         if on_round is not None:
             on_round(record)
-    result.client_epsilons = {c: s.mechanism.epsilon(config.delta) for c, s in sorted(loop.clients.items())}
-    result.client_parameters = {c: s.mechanism.parameters() for c, s in sorted(loop.clients.items())}
+    result.client_epsilons = dict(sorted(loop.epsilons.items()))
+    result.client_parameters = dict(sorted(loop.parameters.items()))
     result.failures = dict(loop.failures)
     return result

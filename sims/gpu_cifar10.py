@@ -25,35 +25,18 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from client.training import evaluate, make_optimizer, train_locally
+from client.training import make_optimizer, train_locally
 from dirichlet_fl.data import load_dataset, random_crop_flip
-from dirichlet_fl.models import MODELS, build_model
-from dirichlet_fl.task import resolve_device
-from privacy.mechanisms import MechanismSpec, build_mechanism
+from dirichlet_fl.models import build_model
+from dirichlet_fl.task import evaluate, resolve_device, synchronize
+from privacy.analysis import PAPER_DELTA
+from privacy.mechanisms import MechanismSpec
+from privacy.registry import build_mechanism
 
 PAPER_SECONDS_PER_EPOCH = {"dirichlet": 30.0, "dpsgd": 60.0}
 """Section 4.2 of the paper, Quadro RTX 6000."""
-DELTA = 1e-5
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of `bench gpu` (defaults: the paper's setting)."""
-    parser.add_argument("--data-root", default=None, help="folder holding cifar-10-batches-py/")
-    parser.add_argument("--synthetic", action="store_true", help="random CIFAR-shaped data instead of CIFAR10")
-    parser.add_argument("--synthetic-size", type=int, default=50_000, help="examples of synthetic data")
-    parser.add_argument("--short", action="store_true", help="one epoch per mechanism")
-    parser.add_argument("--epochs", type=int, default=100, help="epochs per mechanism (default 100 = 20,000 steps)")
-    parser.add_argument("--steps-per-epoch", type=int, default=0, help="default: round(1 / sample rate)")
-    parser.add_argument("--warmup-steps", type=int, default=5, help="untimed steps first (default 5)")
-    parser.add_argument("--mechanisms", default="dirichlet,dpsgd", help="comma-separated: dirichlet, dpsgd, none")
-    parser.add_argument("--model", choices=MODELS, default="resnet18")
-    parser.add_argument("--sample-rate", type=float, default=0.005)
-    parser.add_argument("--epsilon", type=float, default=4.0, help="target eps at delta=1e-5 (default 4)")
-    parser.add_argument("--alpha", type=float, default=3.0)
-    parser.add_argument("--learning-rate", type=float, default=0.1)
-    parser.add_argument("--max-grad-norm", type=float, default=1.0)
-    parser.add_argument("--device", default="auto", help="auto (cuda if present), cuda or cpu")
-    parser.add_argument("--seed", type=int, default=0)
 
 
 def _data(args: argparse.Namespace) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
@@ -66,18 +49,13 @@ def _data(args: argparse.Namespace) -> tuple[Tensor, Tensor, Tensor | None, Tens
     return data.train_x, data.train_y, data.test_x, data.test_y
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def train_mechanism(
     name: str, args: argparse.Namespace, data: tuple[Tensor, Tensor], epochs: int, device: torch.device
 ) -> dict[str, object]:
     """Train a fresh model with one mechanism for `epochs` epochs; seconds of each epoch and peak memory."""
     train_x, train_y = data
     steps = args.steps_per_epoch or round(1.0 / args.sample_rate)
-    spec = MechanismSpec(name, args.epsilon, DELTA, args.sample_rate, steps * epochs + args.warmup_steps, args.alpha,
+    spec = MechanismSpec(name, args.epsilon, PAPER_DELTA, args.sample_rate, steps * epochs + args.warmup_steps, args.alpha,
                          args.max_grad_norm, num_examples=int(train_y.shape[0]))
     mechanism = build_mechanism(spec)
     torch.manual_seed(args.seed)
@@ -90,18 +68,18 @@ def train_mechanism(
                   random_crop_flip)
     seconds = []
     for _ in range(epochs):
-        _synchronize(device)
+        synchronize(device)
         start = time.perf_counter()
         train_locally(wrapped, optimizer, mechanism, train_x, train_y, steps, args.sample_rate, generator,
                       random_crop_flip)
-        _synchronize(device)
+        synchronize(device)
         seconds.append(time.perf_counter() - start)
     return {
         "model": model,
         "epoch_seconds": seconds,
         "median_epoch_seconds": statistics.median(seconds),
         "steps_per_epoch": steps,
-        "epsilon": mechanism.epsilon(DELTA),
+        "epsilon": mechanism.epsilon(PAPER_DELTA),
         "parameters": mechanism.parameters(),
         "peak_device_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
     }
@@ -129,7 +107,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         "seconds_per_epoch": {name: r["median_epoch_seconds"] for name, r in results.items()},
         "mechanisms": results,
         "paper_seconds_per_epoch": PAPER_SECONDS_PER_EPOCH,
-        "config": {**vars(args), "epochs": epochs, "delta": DELTA,
+        "config": {**vars(args), "epochs": epochs, "delta": PAPER_DELTA,
                    "device": str(device), "device_name": torch.cuda.get_device_name(device)
                    if device.type == "cuda" else "cpu", "examples": int(train_y.shape[0])},
     }
@@ -149,7 +127,7 @@ def summary_lines(report: dict[str, object]) -> list[str]:
         paper = PAPER_SECONDS_PER_EPOCH.get(name)
         accuracy = f", test accuracy {result['test_accuracy']:.4f}" if "test_accuracy" in result else ""
         lines.append(f"  {name:<9} {result['median_epoch_seconds']:8.2f} s/epoch (paper: "
-                     f"{'~%g s' % paper if paper else 'n/a'}), eps {result['epsilon']:.3f} (delta={DELTA:g}){accuracy}")
+                     f"{f'~{paper:g} s' if paper else 'n/a'}), eps {result['epsilon']:.3f} (delta={PAPER_DELTA:g}){accuracy}")
     if "dpsgd_over_dirichlet" in report:
         lines.append(f"  dpsgd/dirichlet = {report['dpsgd_over_dirichlet']:.2f} (paper: ~2)")
     return lines

@@ -11,11 +11,9 @@ Differences from Flower's FedAvg, and why:
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -23,30 +21,7 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
-
-
-@dataclass
-class RoundRecord:
-    """What happened in one round: who trained, who refused, who failed, and each trainer's metrics."""
-
-    server_round: int
-    trained: dict[int, dict[str, float]] = field(default_factory=dict)
-    refused: dict[int, str] = field(default_factory=dict)
-    failed: dict[int, str] = field(default_factory=dict)
-    central: dict[str, float] = field(default_factory=dict)
-    federated: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def max_epsilon(self) -> float:
-        return max((m["epsilon"] for m in self.trained.values()), default=math.nan)
-
-    @property
-    def train_loss(self) -> float:
-        """Mean local training loss, weighted by the trainers' example counts."""
-        total = sum(m["num-examples"] for m in self.trained.values())
-        if not total:
-            return math.nan
-        return sum(m["train-loss"] * m["num-examples"] for m in self.trained.values()) / total
+from dirichlet_fl.runs import RoundRecord
 
 
 def seeded_sample(seed: int, purpose: str, server_round: int, ordered: list[int], population: int, fraction: float) -> list[int]:

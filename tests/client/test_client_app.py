@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from flwr.app import ArrayRecord
 
 import client.client_app as client_app
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
 from dirichlet_fl.task import federated_split, initial_model
-from privacy.mechanisms import restore_mechanism
+from privacy.registry import restore_mechanism
 from tests.helpers import client_context, train_message
 
 OVERRIDES = {"num-server-rounds": 3, "local-steps": 4, "partitioner": "iid"}
@@ -20,7 +21,7 @@ OVERRIDES = {"num-server-rounds": 3, "local-steps": 4, "partitioner": "iid"}
 
 def global_arrays(context) -> ArrayRecord:
     config = RunConfig.from_run_config(context.run_config)
-    return ArrayRecord(initial_model(config, federated_split(config, 2).data).state_dict())
+    return ArrayRecord(initial_model(config, federated_split(config.split_spec(2)).data).state_dict())
 
 
 def test_train_reply_carries_weights_and_privacy_metrics() -> None:
@@ -52,7 +53,9 @@ def test_ledger_persists_across_rounds_and_the_client_refuses_when_spent() -> No
 def test_a_failure_midway_keeps_every_step_that_ran(monkeypatch: pytest.MonkeyPatch) -> None:
     context = client_context(OVERRIDES)
     calls = {"n": 0}
-    original = client_app.train_locally.__globals__["poisson_sample"]
+    import client.training
+
+    original = client.training.poisson_sample
 
     def failing_sample(*args, **kwargs):
         calls["n"] += 1
@@ -60,7 +63,7 @@ def test_a_failure_midway_keeps_every_step_that_ran(monkeypatch: pytest.MonkeyPa
             raise RuntimeError("device lost")
         return original(*args, **kwargs)
 
-    monkeypatch.setitem(client_app.train_locally.__globals__, "poisson_sample", failing_sample)
+    monkeypatch.setattr(client.training, "poisson_sample", failing_sample)
     reply = client_app.train(train_message(global_arrays(context), 1), context)
     assert reply.has_error() and reply.error.code == TRAINING_FAILED
     assert restore_mechanism(json.loads(context.state["privacy"]["mechanism"])).steps == 3
@@ -80,10 +83,26 @@ def test_per_client_budgets_come_from_client_epsilons() -> None:
     assert metrics["target-epsilon"] == 4.0
 
 
-def test_evaluate_and_query() -> None:
+def test_evaluate_reports_the_exact_loss_and_accuracy_of_the_local_test_share() -> None:
     context = client_context(OVERRIDES)
-    evaluation = client_app.evaluate_locally(train_message(global_arrays(context), 1, "evaluate"), context)
-    assert 0.0 <= evaluation.content["metrics"]["eval-accuracy"] <= 1.0
+    arrays = global_arrays(context)
+    metrics = client_app.evaluate_locally(train_message(arrays, 1, "evaluate"), context).content["metrics"]
+    config = RunConfig.from_run_config(context.run_config)
+    split = federated_split(config.split_spec(2))
+    test = torch.as_tensor(split.test_parts[0])
+    x, y = split.data.test_x[test], split.data.test_y[test]
+    model = initial_model(config, split.data)
+    model.load_state_dict(arrays.to_torch_state_dict())
+    with torch.no_grad():
+        logits = model.eval()(x)
+    assert metrics["num-examples"] == len(y)
+    assert metrics["eval-accuracy"] == pytest.approx(float((logits.argmax(1) == y).double().mean()), abs=1e-12)
+    assert metrics["eval-loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, y)), rel=1e-5)
+    assert 0.0 < metrics["eval-accuracy"] < 1.0  # an untrained model is right sometimes, not always
+
+
+def test_query_names_the_partition() -> None:
+    context = client_context(OVERRIDES)
     description = client_app.describe(train_message(global_arrays(context), 0, "query"), context)
     assert description.content["node"]["partition-id"] == 0
     assert description.content["node"]["num-partitions"] == 2

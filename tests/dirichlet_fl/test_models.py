@@ -23,7 +23,8 @@ def test_logits_have_one_row_per_example_and_one_column_per_class(name: str, cha
     logits = model(torch.randn(3, channels, size, size))
     assert logits.shape == (3, 7)
     assert torch.isfinite(logits).all()
-    assert (logits < 0).any()  # raw logits, not softmax probabilities
+    assert (logits < 0).any()  # not softmax probabilities
+    assert not torch.allclose(torch.logsumexp(logits, 1), torch.zeros(3), atol=1e-3)  # not log-probabilities
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -133,7 +133,7 @@ def test_natural_needs_a_site_file_with_the_right_header(tmp_path: Path) -> None
         ({"num_clients": 3001, "partitioner": "iid"}, r"num_clients=3001 must be in \[1, 3000\]"),
         (
             {"num_clients": 5, "partitioner": "shards"},
-            "partitioner='shards' is unknown; valid: iid, dirichlet, pathological, natural",
+            "partitioner='shards' is invalid: choose one of iid, dirichlet, pathological, natural",
         ),
         ({"num_clients": 5, "partitioner": "dirichlet", "beta": 0.0}, "beta=0.0 must be a finite number > 0"),
         ({"num_clients": 5, "partitioner": "dirichlet", "beta": -1.0}, "beta=-1.0 must be a finite number > 0"),

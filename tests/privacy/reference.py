@@ -1,9 +1,10 @@
-"""An independent evaluation of Theorem 10, written straight from the paper's formula in mpmath
+"""Reference formulas the tests check the library against. An independent evaluation of Theorem 10, written straight from the paper's formula in mpmath
 (50 digits, a plain loop over orders, no log-space rewrite), to check privacy.analysis against."""
 
 from __future__ import annotations
 
 import mpmath as mp
+from scipy.special import polygamma, psi
 
 mp.mp.dps = 50
 
@@ -26,3 +27,13 @@ def theorem10_epsilon(r: float, alpha: float, q: float, steps: int, delta: float
         best = min(best, eps)
         lam += 1
     return float(best)
+
+
+def expected_loss(s_y: float, r: float, alpha: float, num_classes: int) -> float:
+    """Theorem 11: E[L] = psi(r + d alpha) - psi(r s_y + alpha)."""
+    return float(psi(r + num_classes * alpha) - psi(r * s_y + alpha))
+
+
+def loss_variance(s_y: float, r: float, alpha: float, num_classes: int) -> float:
+    """Theorem 11: Var[L] = psi'(r s_y + alpha) - psi'(r + d alpha)."""
+    return float(polygamma(1, r * s_y + alpha) - polygamma(1, r + num_classes * alpha))

@@ -149,7 +149,7 @@ def test_conversion_matches_opacus_and_dp_accounting() -> None:
 
 
 def test_r_star_is_never_rounded_up() -> None:
-    from dirichlet_fl.commands.calibrate import floor_decimal
+    from cli.calibrate import floor_decimal
 
     assert floor_decimal(0.2348939707) == "0.234893"
     assert floor_decimal(0.9999999) == "0.999999"

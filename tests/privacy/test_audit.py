@@ -15,8 +15,8 @@ from torch import nn
 from privacy.audit import (
     AttackCounts,
     Threshold,
-    audit,
     auc,
+    audit,
     choose_threshold,
     clopper_pearson,
     empirical_epsilon_lower_bound,
@@ -29,13 +29,7 @@ from privacy.audit import (
 DELTA = 1e-5
 
 
-@pytest.fixture(autouse=True)
-def single_torch_thread():
-    """Tiny models train several times faster on one thread (and do not thrash a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 @pytest.mark.parametrize(

@@ -8,13 +8,9 @@ import mpmath
 import pytest
 import torch
 
-from privacy.dirichlet import (
-    attenuation,
-    dirichlet_nll_loss,
-    effective_learning_rate,
-    expected_loss,
-    loss_variance,
-)
+from privacy.analysis import attenuation, private_learning_rate
+from privacy.dirichlet import dirichlet_nll_loss
+from tests.privacy.reference import expected_loss, loss_variance
 
 SAMPLES = 200_000
 Z = 5.0  # tolerance in standard errors: a false failure has probability below 1e-6 per check
@@ -77,8 +73,8 @@ def test_reductions() -> None:
         dirichlet_nll_loss(logits, labels, 0.3, 3.0, reduction="max")
 
 
-def test_effective_learning_rate_uses_kappa_at_0_9() -> None:
-    assert effective_learning_rate(0.1, 0.2349, 3.0) == pytest.approx(0.1 * attenuation(0.9, 0.2349, 3.0))
+def test_private_learning_rate_divides_by_kappa_at_0_9() -> None:
+    assert private_learning_rate(0.1, 0.2349, 3.0) == pytest.approx(0.1 / attenuation(0.9, 0.2349, 3.0))
     s_r = 0.9 * 0.2349
     assert attenuation(0.9, 0.2349, 3.0) == pytest.approx(s_r * float(mpmath.polygamma(1, s_r + 3.0)), rel=1e-12)
 

@@ -12,7 +12,8 @@ from torch import nn
 
 from dirichlet_fl.models import build_model
 from privacy.dpsgd import EPSILON_TOLERANCE, DPSGDMechanism, expected_batch_size
-from privacy.mechanisms import MechanismSpec, build_mechanism, restore_mechanism
+from privacy.mechanisms import MechanismSpec
+from privacy.registry import build_mechanism, restore_mechanism
 
 DELTA = 1e-5
 

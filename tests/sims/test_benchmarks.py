@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dirichlet_fl.cli import OneLineErrorParser
-from dirichlet_fl.commands import bench
+from cli import bench
+from cli.main import OneLineErrorParser
 from strategies.private_fedavg import PrivateFedAvg, seeded_sample
 
 

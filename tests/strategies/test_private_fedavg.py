@@ -1,10 +1,15 @@
-"""Seeded client sampling by partition id, and exclusion of spent clients."""
+"""PrivateFedAvg in Flower's own unit-test style: seeded sampling by partition id, and aggregate_train on
+mock replies (refused vs failed vs can-continue, weighted mean, the partition map)."""
 
 from __future__ import annotations
 
-from flwr.app import ArrayRecord, ConfigRecord
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
-from strategies.private_fedavg import PrivateFedAvg, RoundRecord
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
+from dirichlet_fl.runs import RoundRecord
+from strategies.private_fedavg import PrivateFedAvg
 from tests.helpers import set_task_identity
 
 set_task_identity()
@@ -43,3 +48,43 @@ def test_round_record_reports_the_max_eps_not_a_mean() -> None:
                                      1: {"epsilon": 0.9, "num-examples": 10, "train-loss": 3.0}})
     assert record.max_epsilon == 0.9
     assert record.train_loss == (1000 * 1.0 + 10 * 3.0) / 1010
+
+
+def reply(message: Message, weight: float, metrics: dict[str, float]) -> Message:
+    """A client's training reply: every array filled with `weight`, and its metrics."""
+    arrays = ArrayRecord({"w": torch.full((3,), weight)})
+    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)}), reply_to=message)
+
+
+def trainer_metrics(partition: int, num_examples: int, can_continue: int = 1) -> dict[str, float]:
+    return {"num-examples": num_examples, "partition-id": partition, "train-loss": 1.0, "epsilon": 0.1 * partition,
+            "target-epsilon": 1.0, "delta": 1e-5, "steps": 4, "sample-rate": 0.1, "can-continue": can_continue}
+
+
+def test_aggregate_train_tells_refusals_from_failures_and_stops_sampling_spent_clients() -> None:
+    s = strategy(seed=0, fraction=1.0)
+    messages = {s.partition_of[m.metadata.dst_node_id]: m
+                for m in s.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)}
+    replies = [
+        reply(messages[0], 1.0, trainer_metrics(0, 100)),
+        reply(messages[1], 3.0, trainer_metrics(1, 300, can_continue=0)),
+        Message(Error(BUDGET_EXHAUSTED, "client 2: budget spent"), reply_to=messages[2]),
+        Message(Error(TRAINING_FAILED, "client 3: training failed"), reply_to=messages[3]),
+        Message(Error(SETUP_FAILED, "client 4: unreachable eps"), reply_to=messages[4]),
+    ]
+    arrays, metrics = s.aggregate_train(1, replies)
+    record = s.current
+    assert sorted(record.trained) == [0, 1]
+    assert record.refused == {2: "client 2: budget spent"}
+    assert record.failed == {3: "client 3: training failed", 4: "client 4: unreachable eps"}
+    assert np.allclose(arrays.to_torch_state_dict()["w"].numpy(), (100 * 1.0 + 300 * 3.0) / 400)  # weighted by num-examples
+    assert metrics["max-epsilon"] == 0.1
+    spent = {s.partition_of[node] for node in s.exhausted}
+    assert spent == {1, 2}  # the one that cannot continue and the refusal, not the failures
+    assert sampled(s, 2) == [0, 3, 4, 5]
+
+
+def test_aggregate_train_without_a_valid_reply_keeps_the_model() -> None:
+    s = strategy(seed=0, fraction=1.0)
+    message = next(iter(s.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)))
+    assert s.aggregate_train(1, [Message(Error(TRAINING_FAILED, "x"), reply_to=message)]) == (None, None)

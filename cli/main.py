@@ -1,7 +1,8 @@
 """`dirichlet-fl`: every tool around the federated run (which itself is `flwr run .`).
 
 Subcommands register themselves with `add_parser(subparsers)`; each returns an exit code, and
-invalid input exits with code 2 and one line on stderr, never a traceback.
+invalid input exits with code 2 and one line on stderr, never a traceback. Registering a command
+imports nothing heavy: each command imports torch, Flower or the experiments only when it runs.
 """
 
 from __future__ import annotations
@@ -9,8 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dirichlet_fl.commands import audit, bench, calibrate, partition
-from sims import audit_experiment
+from cli import audit, audit_experiment, bench, calibrate, partition
 
 COMMANDS = (calibrate, partition, audit, audit_experiment, bench)
 
@@ -24,7 +24,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(prog="dirichlet-fl", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="dirichlet-fl", description=(__doc__ or "").splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
     for command in COMMANDS:
         command.add_parser(subparsers)
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

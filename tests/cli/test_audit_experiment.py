@@ -11,19 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from privacy.analysis import attenuation
 from privacy.audit import AttackCounts, epsilon_from_counts
-from privacy.dirichlet import attenuation
-from sims import audit_experiment
+from cli import audit_experiment
 from sims.audit_experiment import CONTROL, ExperimentConfig, candidate_split, train_arm
 
 
-@pytest.fixture(autouse=True)
-def single_torch_thread():
-    """Tiny models train several times faster on one thread (and do not thrash a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 TINY = ["--dataset", "digits", "--candidates", "40", "--steps", "30", "--sample-rate", "0.1", "--seeds", "2",
         "--epsilon", "0.5", "--workers", "1", "--learning-rate", "0.1"]

@@ -10,17 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from dirichlet_fl.commands.audit import (
-    RunAudit,
-    add_parser,
-    audit_run,
-    human_report,
-    matched_candidates,
-)
+from cli.audit import add_parser, human_report
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.run_audit import RunAudit, audit_run, matched_candidates
 from dirichlet_fl.task import build_run_model, federated_split
 from privacy.audit import audit
-from privacy.mechanisms import COVERS
+from privacy.registry import covers
 
 
 def run_command(argv: list[str]) -> int:
@@ -36,7 +31,7 @@ def write_run(folder: Path, mechanism: str, epsilons: list[float | None]) -> Pat
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"run_config": config.to_run_config(), "num_clients": len(epsilons)}))
     torch.manual_seed(0)
-    model = build_run_model(config, federated_split(config, len(epsilons)).data)
+    model = build_run_model(config, federated_split(config.split_spec(len(epsilons))).data)
     torch.save(model.state_dict(), folder / "model.pt")
     clients = [
         {"id": i, "target_epsilon": 1.0, "epsilon": eps, "delta": config.delta, "steps": 10}
@@ -62,7 +57,7 @@ def test_report_names_delta_and_coverage_and_writes_its_files(tmp_path, capsys):
     run_dir = write_run(tmp_path / "run", "dirichlet", [0.8, 0.95])
     assert run_command([str(run_dir), "--max-candidates", "400"]) == 0
     out = capsys.readouterr().out
-    assert "delta=1e-05" in out and COVERS["dirichlet"] in out
+    assert "delta=1e-05" in out and covers("dirichlet") in out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith(("pooled", "client"))] == [
         "pooled", "client 0", "client 1"
     ]
@@ -80,7 +75,7 @@ def test_json_is_one_object_and_an_infinite_claim_is_null(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert {"auc", "eps_lower_bound", "claimed_eps", "violation", "delta", "covers", "clients"} <= set(report)
     assert report["claimed_eps"] is None and report["violation"] is False
-    assert report["covers"] == COVERS["none"]
+    assert report["covers"] == covers("none")
     assert abs(report["auc"] - 0.5) < 0.15
 
 
@@ -88,7 +83,7 @@ def test_audit_run_returns_the_pooled_report_and_is_seeded(tmp_path):
     run_dir = write_run(tmp_path / "run", "dpsgd", [2.0, 3.0])
     first = audit_run(run_dir, max_candidates=300, seed=1)
     again = audit_run(run_dir, max_candidates=300, seed=1)
-    assert first.claimed_eps == 3.0 and first.covers == COVERS["dpsgd"]
+    assert first.claimed_eps == 3.0 and first.covers == covers("dpsgd")
     assert (first.auc, first.eps_lower_bound) == (again.auc, again.eps_lower_bound)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dirichlet_fl.commands.partition import add_parser
+from cli.partition import add_parser
 from dirichlet_fl.data import load_dataset
 from dirichlet_fl.partition import label_counts, partition_indices
 

@@ -12,7 +12,6 @@ import sys
 
 import numpy as np
 
-from dirichlet_fl.data import DATASETS, load_dataset
 from dirichlet_fl.partition import PARTITIONERS, label_counts, partition_indices, plot_label_counts
 
 PROG = "dirichlet-fl partition"
@@ -25,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="show per-client label counts of a federated split",
         description="Split a data set's training examples among clients and print each client's label counts.",
     )
-    parser.add_argument("--dataset", default="digits", help=f"one of: {', '.join(DATASETS)} (default: digits)")
+    parser.add_argument("--dataset", default="digits", help="digits, mnist-idx, mnist, fashionmnist, cifar10, svhn or a 2D MedMNIST set (default: digits)")
     parser.add_argument("--data-root", default=None, help="folder holding the data set's files")
     parser.add_argument("--download", action="store_true", help="fetch missing files (needs internet)")
     parser.add_argument("--size", type=int, default=28, help="MedMNIST image size: 28, 64, 128 or 224")
@@ -43,6 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; 0 on success, 2 with one error line on stderr for invalid input."""
+    from dirichlet_fl.data import load_dataset
+
     try:
         data = load_dataset(args.dataset, args.data_root, download=args.download, size=args.size)
         labels = data.train_y.numpy()

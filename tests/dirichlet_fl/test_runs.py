@@ -10,8 +10,7 @@ import torch
 from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
-from server.results import RunWriter
-from strategies.private_fedavg import RoundRecord
+from dirichlet_fl.runs import RoundRecord, RunWriter
 
 
 def trained(partition: int, eps: float, steps: int) -> dict[str, float]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dirichlet_fl.cli import main
+from cli.main import main
 from privacy.analysis import epsilon
 
 

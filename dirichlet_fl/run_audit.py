@@ -1,4 +1,5 @@
-"""`dirichlet-fl audit RUN_DIR`: a membership-inference audit of a finished run's global model.
+"""The membership-inference audit of a finished run's global model (`dirichlet-fl audit RUN_DIR`,
+and the server at the end of a run with audit=true).
 
 Members are each client's training examples, non-members the run's test split (never trained on),
 matched class by class and balanced, so that the attack cannot win by telling classes apart (a
@@ -14,10 +15,8 @@ random splits made for digits and mnist-idx are); `dirichlet-fl audit-experiment
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +25,8 @@ import torch
 
 from dirichlet_fl.runs import FinishedRun, load_run
 from privacy.audit import AuditReport, audit, per_example_losses, plot_roc
-from privacy.mechanisms import COVERS
+from privacy.registry import covers
 
-PROG = "dirichlet-fl audit"
 DEFAULT_MAX_CANDIDATES = 4000
 """Members plus non-members per audit (half each, at most): enough for eps bounds near 2, seconds on a CPU."""
 MAX_PLOTTED_CLIENTS = 10
@@ -57,26 +55,6 @@ class RunAudit:
             "candidates": SPLIT_CAVEAT,
             "clients": [{"id": client, **report.to_dict()} for client, report in self.clients.items()],
         }
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "audit",
-        help="membership-inference audit of a finished run's model",
-        description="Loss-threshold membership inference against a run's final global model: AUC, TPR at "
-        "low FPR and an empirical eps lower bound (Clopper-Pearson 95%%), pooled and per client, next to "
-        "each client's claimed eps. Writes audit.json and audit_roc.png into RUN_DIR.",
-    )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (config.json, model.pt, summary.json)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--max-candidates",
-        type=int,
-        default=DEFAULT_MAX_CANDIDATES,
-        help=f"members + non-members per audit, at most (default {DEFAULT_MAX_CANDIDATES})",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the candidate sampling and the halves")
-    parser.set_defaults(func=run)
 
 
 def matched_candidates(
@@ -128,7 +106,7 @@ def _audit_members(
         -test_losses[nonmembers],
         claimed_eps=claimed_eps,
         delta=delta,
-        covers=COVERS[run.config.mechanism],
+        covers=covers(run.config.mechanism),
         rng=rng,
     )
 
@@ -181,56 +159,3 @@ def audit_run(run_dir: str | Path, *, max_candidates: int = DEFAULT_MAX_CANDIDAT
     result = audit_finished_run(load_run(run_dir), max_candidates=max_candidates, seed=seed)
     save_audit(run_dir, result)
     return result.pooled
-
-
-def _claim(report: AuditReport) -> str:
-    return "no eps claim (not private)" if math.isinf(report.claimed_eps) else f"claimed eps {report.claimed_eps:.4g}"
-
-
-def describe(name: str, report: AuditReport) -> str:
-    """One line: sizes, AUC, TPR at low FPR, and the eps bound against the claim, naming delta."""
-    return (
-        f"{name}: {report.num_members} members, {report.num_nonmembers} non-members: AUC {report.auc:.3f}, "
-        f"TPR {report.tpr_at_fpr_1pct:.1%} at FPR 1%, {report.tpr_at_fpr_01pct:.1%} at FPR 0.1%; "
-        f"empirical eps >= {report.eps_lower_bound:.3f} vs {_claim(report)} (delta={report.delta:g})"
-    )
-
-
-def violation_line(name: str, report: AuditReport) -> str:
-    return (
-        f"VIOLATION: {name}: empirical eps >= {report.eps_lower_bound:.3f} exceeds the claimed eps "
-        f"{report.claimed_eps:.4g} at delta={report.delta:g} ({report.confidence:.0%} confidence); "
-        f"the claim covers {report.covers}"
-    )
-
-
-def human_report(run_dir: Path, result: RunAudit) -> str:
-    """The printed report: method, what the claim covers, caveats, pooled and per-client lines, violations."""
-    pooled = result.pooled
-    lines = [
-        f"membership audit of {run_dir} (loss-threshold attack; threshold chosen on one random half of the "
-        f"candidates, rates measured on the other, Clopper-Pearson {pooled.confidence:.0%})",
-        f"mechanism {result.mechanism}: its eps covers {pooled.covers}",
-        f"candidates: {SPLIT_CAVEAT}",
-    ]
-    if not result.accountant_assumptions_hold:
-        lines.append("note: this run broke the accountant's assumptions (batch-dependent layers); its eps is void")
-    entries = {"pooled": pooled, **{f"client {client}": report for client, report in result.clients.items()}}
-    lines += [describe(name, report) for name, report in entries.items()]
-    lines += [violation_line(name, report) for name, report in entries.items() if report.violation]
-    lines.append(f"saved {AUDIT_JSON} and {AUDIT_PNG} in {run_dir}")
-    return "\n".join(lines)
-
-
-def run(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    try:
-        if not run_dir.is_dir():
-            raise FileNotFoundError(f"run folder {run_dir} does not exist")
-        result = audit_finished_run(load_run(run_dir), max_candidates=args.max_candidates, seed=args.seed)
-        save_audit(run_dir, result)
-    except (OSError, ValueError, KeyError, RuntimeError) as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
-    print(json.dumps(result.to_dict()) if args.json else human_report(run_dir, result))
-    return 0

@@ -11,9 +11,8 @@ import json
 import math
 import sys
 
-from privacy.analysis import DEFAULT_MAX_ORDER, calibrate_r
-from privacy.dirichlet import S_Y_FOR_LEARNING_RATE, attenuation
-from privacy.mechanisms import COVERS
+from privacy.analysis import DEFAULT_MAX_ORDER, S_Y_FOR_LEARNING_RATE, attenuation, calibrate_r
+from privacy.registry import covers
 
 PROG = "dirichlet-fl calibrate"
 
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         "floor": result.floor,
         "kappa_at_s_y_0_9": kappa,
         "learning_rate_multiplier": 1.0 / kappa,
-        "covers": COVERS["dirichlet"],
+        "covers": covers("dirichlet"),
     }
     if args.json:
         print(json.dumps(report))
@@ -71,6 +70,6 @@ def run(args: argparse.Namespace) -> int:
         f"floor: no r > 0 reaches eps <= {result.floor:.6f} for this q, T and delta\n"
         f"kappa at s_y=0.9 = {kappa:.6f} (Theorem 11): a private step at rate gamma moves like a non-private "
         f"one at gamma*kappa; to match a non-private rate g, use gamma = g*{1.0 / kappa:.4f}\n"
-        f"eps covers {COVERS['dirichlet']}"
+        f"eps covers {covers('dirichlet')}"
     )
     return 0

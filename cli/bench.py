@@ -1,0 +1,231 @@
+"""`dirichlet-fl bench <what>`: speed, memory and accuracy benchmarks, measured side by side (sims/).
+
+  steps       one training step: plain cross-entropy vs the Dirichlet loss vs Opacus DP-SGD
+  accountant  one r* solve (calibrate_r) over the paper's settings, vs a plain loop over orders
+  simulation  a default federated run on Flower + Ray vs the same arithmetic in a plain loop
+  accuracy    accuracy vs eps on MNIST digits: none / Dirichlet / DP-SGD, IID, non-IID, centralized
+  gpu         seconds per epoch of the paper's CIFAR10 ResNet-18 setting (needs a GPU; --synthetic to smoke-test)
+
+Each writes config.json (its options, the machine, the date) and results.json to a folder of its
+own (--out, default results/bench/<what>-<time>), and prints a summary, or the results as one JSON
+object with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+PROG = "dirichlet-fl bench"
+
+
+def _steps_options(parser: argparse.ArgumentParser) -> None:
+    from dirichlet_fl.models import MODELS
+
+    """Options of `bench steps`."""
+    parser.add_argument("--model", choices=MODELS, default="cnn", help="network (default cnn)")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
+    parser.add_argument("--image-size", type=int, default=28, help="square input side (default 28, MNIST)")
+    parser.add_argument("--channels", type=int, default=1, help="input channels (default 1)")
+    parser.add_argument("--classes", type=int, default=10, help="output classes (default 10)")
+    parser.add_argument("--repeats", type=int, default=50, help="timed steps per contender (default 50)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps per contender first (default 5)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's choice)")
+    parser.add_argument("--profile", action="store_true", help="also time the pieces of each step")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _accountant_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `bench accountant`."""
+    parser.add_argument("--repeats", type=int, default=5, help="warm solves per configuration (default 5)")
+    parser.add_argument("--reference-configs", type=int, default=2,
+                        help="configurations also solved by the plain reference loop (default 2; ~1 s each)")
+
+
+def _simulation_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `bench simulation`."""
+    parser.add_argument("--runs", type=int, default=3, help="runs of each kind, alternating (default 3)")
+    parser.add_argument("--clients", type=int, default=10, help="federation size (default 10)")
+    parser.add_argument("--ray-worker-niceness", type=int, default=0,
+                        help="niceness of Ray's workers, the Flower clients (default 0, the loop's; Ray's own "
+                             "default, 15, starves them on a busy machine)")
+    parser.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'",
+                        help="run-config overrides, as for `flwr run --run-config` (default: none, the "
+                             "pyproject defaults)")
+
+
+def _accuracy_options(parser: argparse.ArgumentParser) -> None:
+    from sims import accuracy_vs_epsilon
+
+    """Options of `bench accuracy` (defaults: the full sweep)."""
+    defaults = accuracy_vs_epsilon.Sweep()
+    parser.add_argument("--quick", action="store_true",
+                        help="one seed, eps in {1, 4}, 2 rounds: a few minutes, to check the pipeline")
+    parser.add_argument("--dataset", default=defaults.dataset)
+    parser.add_argument("--data-root", default=defaults.data_root)
+    parser.add_argument("--num-clients", type=int, default=defaults.num_clients)
+    parser.add_argument("--seeds", type=int, default=len(defaults.seeds), help="seeds 0..N-1 (default 3)")
+    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in defaults.epsilons),
+                        help="comma-separated target eps values, at delta=1e-5")
+    parser.add_argument("--splits", default=",".join(defaults.splits), help=f"subset of {','.join(accuracy_vs_epsilon.SPLITS)}")
+    parser.add_argument("--mechanisms", default=",".join(defaults.mechanisms), help=f"subset of {','.join(accuracy_vs_epsilon.MECHANISMS)}")
+    parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--local-epochs", type=float, default=defaults.local_epochs)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate,
+                        help="plain SGD rate; the Dirichlet rate is this / kappa")
+    parser.add_argument("--dpsgd-learning-rate", type=float, default=defaults.dpsgd_learning_rate)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes, one thread each (default 2)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the finished runs of an interrupted sweep in --out and run the rest")
+
+
+def _gpu_options(parser: argparse.ArgumentParser) -> None:
+    from dirichlet_fl.models import MODELS
+
+    """Options of `bench gpu` (defaults: the paper's setting)."""
+    parser.add_argument("--data-root", default=None, help="folder holding cifar-10-batches-py/")
+    parser.add_argument("--synthetic", action="store_true", help="random CIFAR-shaped data instead of CIFAR10")
+    parser.add_argument("--synthetic-size", type=int, default=50_000, help="examples of synthetic data")
+    parser.add_argument("--short", action="store_true", help="one epoch per mechanism")
+    parser.add_argument("--epochs", type=int, default=100, help="epochs per mechanism (default 100 = 20,000 steps)")
+    parser.add_argument("--steps-per-epoch", type=int, default=0, help="default: round(1 / sample rate)")
+    parser.add_argument("--warmup-steps", type=int, default=5, help="untimed steps first (default 5)")
+    parser.add_argument("--mechanisms", default="dirichlet,dpsgd", help="comma-separated: dirichlet, dpsgd, none")
+    parser.add_argument("--model", choices=MODELS, default="resnet18")
+    parser.add_argument("--sample-rate", type=float, default=0.005)
+    parser.add_argument("--epsilon", type=float, default=4.0, help="target eps at delta=1e-5 (default 4)")
+    parser.add_argument("--alpha", type=float, default=3.0)
+    parser.add_argument("--learning-rate", type=float, default=0.1)
+    parser.add_argument("--max-grad-norm", type=float, default=1.0)
+    parser.add_argument("--device", default="auto", help="auto (cuda if present), cuda or cpu")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "steps": ("time one training step per mechanism", _steps_options),
+    "accountant": ("time one r* solve", _accountant_options),
+    "simulation": ("Flower + Ray against a plain loop: start-up, per round, memory", _simulation_options),
+    "accuracy": ("accuracy against eps, federated and centralized", _accuracy_options),
+    "gpu": ("seconds per epoch, CIFAR10 ResNet-18, Dirichlet vs DP-SGD", _gpu_options),
+}
+
+
+def _module(name: str) -> ModuleType:
+    """The sims module of a benchmark, imported on use (each pulls in torch, Flower or Opacus)."""
+    if name == "steps":
+        from sims import bench_steps as module
+    elif name == "accountant":
+        from sims import bench_accountant as module
+    elif name == "simulation":
+        from sims import bench_simulation as module
+    elif name == "accuracy":
+        from sims import accuracy_vs_epsilon as module
+    else:
+        from sims import gpu_cifar10 as module
+    return module
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `bench <what> [options]` with `func=run`.
+
+    Each benchmark's options are parsed in run() by a parser built from its sims module, so that
+    the other subcommands do not import the benchmarks (Flower, Opacus) just to build the CLI."""
+    parser = subparsers.add_parser("bench", help="speed, memory and accuracy benchmarks",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("benchmark", choices=list(BENCHMARKS), help="which benchmark")
+    parser.add_argument("options", nargs=argparse.REMAINDER, help="its options; see `bench <what> --help`")
+    parser.set_defaults(func=run, parser_class=type(parser))
+
+
+def benchmark_parser(name: str, parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """The option parser of one benchmark: its module's options plus --json and --out."""
+    description, add_options = BENCHMARKS[name]
+    parser = parser_class(prog=f"{PROG} {name}", description=description)
+    add_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    parser.add_argument("--out", default=None, help="results folder (default results/bench/<what>-<time>)")
+    return parser
+
+
+def machine() -> dict[str, object]:
+    """Where a benchmark ran: CPU model, cores, memory, load, versions, date and git commit."""
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    memory_kb = next((int(line.split()[1]) for line in _lines("/proc/meminfo") if line.startswith("MemTotal")), 0)
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": round(memory_kb / 1024**2, 1),
+        "load_average": list(os.getloadavg()),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "commit": _git_commit(),
+    }
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _git_commit() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).resolve().parent)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+def finite(value: object) -> object:
+    """The value with every non-finite float replaced by 'inf', '-inf' or 'nan' (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def _write(path: Path, payload: object) -> None:
+    path.write_text(json.dumps(finite(payload), indent=2, allow_nan=False, default=str) + "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen benchmark; 0 on success, 2 with one stderr line for invalid input or missing data."""
+    module = _module(args.benchmark)
+    options = benchmark_parser(args.benchmark, args.parser_class).parse_args(args.options)
+    out = Path(options.out or f"results/bench/{args.benchmark}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _write(out / "config.json", {"command": f"{PROG} {args.benchmark} {' '.join(args.options)}".strip(),
+                                     "options": vars(options), "machine": machine()})
+        report = module.run(options, out)
+    except (ValueError, FileNotFoundError, OSError) as error:
+        print(f"{PROG} {args.benchmark}: error: {error}", file=sys.stderr)
+        return 2
+    report = {**report, "machine_after": {"load_average": list(os.getloadavg())}, "results_folder": str(out)}
+    _write(out / "results.json", report)
+    if options.json:
+        print(json.dumps(finite(report), allow_nan=False, default=str))
+    else:
+        print("\n".join([*module.summary_lines(report), f"results: {out}"]))
+    return 0

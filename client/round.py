@@ -1,0 +1,117 @@
+"""One client's training round (Algorithm 1 on its own shard), written once for every caller.
+
+The ClientApp (client/client_app.py) and the plain FedAvg loop of the benchmarks (sims/fedavg_loop.py)
+both call `train_round`: restore or calibrate the client's mechanism, refuse a round that would
+take it past its budget, train from the global weights, and say whether it can afford another round.
+The caller keeps `outcome.mechanism.state_dict()` between rounds and turns the outcome into its reply.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from client.training import make_optimizer, train_locally
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
+from dirichlet_fl.task import (
+    ClientShard,
+    augmentation,
+    build_run_model,
+    client_generator,
+    client_shard,
+    evaluate,
+    federated_split,
+    mechanism_spec,
+    resolve_device,
+)
+from privacy.mechanisms import Mechanism
+from privacy.registry import build_mechanism, restore_mechanism
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who is training: its partition of the split and its budget."""
+
+    partition_id: int
+    num_partitions: int
+    target_epsilon: float
+
+
+@dataclass
+class RoundOutcome:
+    """A round's result: the updated weights and metrics, or an error code (dirichlet_fl.protocol)
+    with its reason. `mechanism` holds the client's ledger whenever it exists, error or not."""
+
+    mechanism: Mechanism | None
+    weights: dict[str, Tensor] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    error_code: int | None = None
+    reason: str = ""
+
+
+def shard_of(config: RunConfig, client: Client) -> ClientShard:
+    """The client's shard of the run's split, on the run's device."""
+    return client_shard(config.split_spec(client.num_partitions), client.partition_id, resolve_device(config.device))
+
+
+def _mechanism(config: RunConfig, client: Client, saved: dict[str, object] | None, num_examples: int) -> Mechanism:
+    """The client's mechanism: restored with its ledger, or calibrated once for the whole run."""
+    if saved is not None:
+        return restore_mechanism(saved)
+    return build_mechanism(mechanism_spec(config, client.partition_id, num_examples, client.target_epsilon))
+
+
+def train_round(
+    config: RunConfig, client: Client, saved: dict[str, object] | None, weights: dict[str, Tensor], server_round: int
+) -> RoundOutcome:
+    """One round of local training from the global `weights`; never raises for a client-side failure."""
+    label = f"client {client.partition_id}"
+    shard = shard_of(config, client)
+    try:
+        mechanism = _mechanism(config, client, saved, shard.num_examples)
+    except ValueError as error:
+        return RoundOutcome(None, error_code=SETUP_FAILED, reason=f"{label}: {error}")
+    steps = config.local_steps_per_round(mechanism.sample_rate)
+    if mechanism.would_exceed(steps, client.target_epsilon):
+        spent = mechanism.epsilon(config.delta)
+        reason = f"{label}: budget spent (eps {spent:.4f} of {client.target_epsilon:g} at delta={config.delta:g})"
+        return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=reason)
+    model = build_run_model(config, federated_split(config.split_spec(client.num_partitions)).data)
+    model = model.to(shard.train_x.device)
+    model.load_state_dict(weights)
+    wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, config.learning_rate))
+    generator = client_generator(config, client.partition_id, server_round, shard.train_x.device)
+    try:
+        mean_loss = train_locally(
+            wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate, generator,
+            augmentation(config),
+        )
+    except Exception as error:  # the ledger survives: every step was composed before it ran
+        return RoundOutcome(mechanism, error_code=TRAINING_FAILED, reason=f"{label}: training failed: {error!r}")
+    metrics = {
+        "num-examples": shard.num_examples,
+        "partition-id": client.partition_id,
+        "train-loss": mean_loss if math.isfinite(mean_loss) else 0.0,
+        "epsilon": mechanism.epsilon(config.delta),
+        "target-epsilon": client.target_epsilon,
+        "delta": config.delta,
+        "steps": mechanism.steps,
+        "sample-rate": mechanism.sample_rate,
+        "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
+        **mechanism.parameters(),
+    }
+    return RoundOutcome(mechanism, weights=model.state_dict(), metrics=metrics)
+
+
+def evaluate_round(config: RunConfig, client: Client, weights: dict[str, Tensor]) -> dict[str, float]:
+    """Loss and accuracy of the global `weights` on the client's local test share."""
+    shard = shard_of(config, client)
+    model = build_run_model(config, federated_split(config.split_spec(client.num_partitions)).data)
+    model = model.to(shard.test_x.device)
+    model.load_state_dict(weights)
+    loss, accuracy = evaluate(model, shard.test_x, shard.test_y)
+    return {"num-examples": int(shard.test_y.shape[0]), "eval-loss": loss, "eval-accuracy": accuracy}
+
