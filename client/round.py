@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor
 
 from client.training import make_optimizer, train_locally
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, Metrics
 from dirichlet_fl.task import (
     ClientShard,
     augmentation,
@@ -47,7 +48,7 @@ class RoundOutcome:
 
     mechanism: Mechanism | None
     weights: dict[str, Tensor] | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=dict)
     error_code: int | None = None
     reason: str = ""
 
@@ -57,7 +58,7 @@ def shard_of(config: RunConfig, client: Client) -> ClientShard:
     return client_shard(config.split_spec(client.num_partitions), client.partition_id, resolve_device(config.device))
 
 
-def _mechanism(config: RunConfig, client: Client, saved: dict[str, object] | None, num_examples: int) -> Mechanism:
+def _mechanism(config: RunConfig, client: Client, saved: dict[str, Any] | None, num_examples: int) -> Mechanism:
     """The client's mechanism: restored with its ledger, or calibrated once for the whole run."""
     if saved is not None:
         return restore_mechanism(saved)
@@ -65,7 +66,7 @@ def _mechanism(config: RunConfig, client: Client, saved: dict[str, object] | Non
 
 
 def train_round(
-    config: RunConfig, client: Client, saved: dict[str, object] | None, weights: dict[str, Tensor], server_round: int
+    config: RunConfig, client: Client, saved: dict[str, Any] | None, weights: dict[str, Tensor], server_round: int
 ) -> RoundOutcome:
     """One round of local training from the global `weights`; never raises for a client-side failure."""
     label = f"client {client.partition_id}"
@@ -91,7 +92,7 @@ def train_round(
         )
     except Exception as error:  # the ledger survives: every step was composed before it ran
         return RoundOutcome(mechanism, error_code=TRAINING_FAILED, reason=f"{label}: training failed: {error!r}")
-    metrics = {
+    metrics: Metrics = {
         "num-examples": shard.num_examples,
         "partition-id": client.partition_id,
         "train-loss": mean_loss if math.isfinite(mean_loss) else 0.0,
@@ -106,7 +107,7 @@ def train_round(
     return RoundOutcome(mechanism, weights=model.state_dict(), metrics=metrics)
 
 
-def evaluate_round(config: RunConfig, client: Client, weights: dict[str, Tensor]) -> dict[str, float]:
+def evaluate_round(config: RunConfig, client: Client, weights: dict[str, Tensor]) -> Metrics:
     """Loss and accuracy of the global `weights` on the client's local test share."""
     shard = shard_of(config, client)
     model = build_run_model(config, federated_split(config.split_spec(client.num_partitions)).data)

@@ -79,7 +79,7 @@ class RunConfig:
         unknown = sorted(set(run_config) - set(known))
         if unknown:
             raise ValueError(f"unknown run-config keys {unknown}; valid keys: {sorted(known)}")
-        values = {known[key].name: _coerce(key, value, known[key].type) for key, value in run_config.items()}
+        values = {known[key].name: _coerce(key, value, str(known[key].type)) for key, value in run_config.items()}
         config = cls(**values)
         config.validate()
         return config

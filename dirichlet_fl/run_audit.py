@@ -19,6 +19,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ class RunAudit:
     mechanism: str
     accountant_assumptions_hold: bool
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, Any]:
         """The pooled report's fields at top level, plus the per-client reports and the caveats."""
         return {
             **self.pooled.to_dict(),
@@ -81,7 +82,7 @@ def matched_candidates(
     return np.concatenate(chosen_members), np.concatenate(chosen_nonmembers)
 
 
-def _claimed_epsilon(client: dict[str, object]) -> float:
+def _claimed_epsilon(client: dict[str, Any]) -> float:
     """A client's final eps from summary.json; null (an infinite eps, no privacy) means no claim."""
     value = client.get("epsilon")
     return math.inf if value is None else float(value)

@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -91,7 +92,7 @@ class RunWriter:
         self.config = config
         self.covers = covers
         self.clients = {c: ClientLedger(config.target_epsilon_for(c, num_clients)) for c in range(num_clients)}
-        self.rounds: list[dict[str, object]] = []
+        self.rounds: list[dict[str, Any]] = []
         self.started = time.monotonic()
         directory.mkdir(parents=True, exist_ok=False)
         _write_json(directory / "config.json", {"run_config": config.to_run_config(), "num_clients": num_clients})
@@ -112,7 +113,7 @@ class RunWriter:
             directory = Path(config.results_dir) / f"{name}-{suffix}"
         return cls(directory, config, num_clients, covers)
 
-    def record_round(self, record: RoundRecord, arrays: ArrayRecord) -> dict[str, object]:
+    def record_round(self, record: RoundRecord, arrays: ArrayRecord) -> dict[str, Any]:
         """Checkpoint the global weights, then append the round to rounds.csv and ledger.csv (weights
         first: the rows never run ahead of model.pt)."""
         self.save_weights(arrays)
@@ -138,7 +139,7 @@ class RunWriter:
                 writer.writerow({"round": record.server_round, "client": client, **entry})
         return row
 
-    def _update_ledger(self, record: RoundRecord) -> dict[int, dict[str, object]]:
+    def _update_ledger(self, record: RoundRecord) -> dict[int, dict[str, Any]]:
         rows = {}
         for client, ledger in self.clients.items():
             status, reason = "idle", ""
@@ -171,7 +172,7 @@ class RunWriter:
         torch.save(arrays.to_torch_state_dict(), temporary)
         os.replace(temporary, self.directory / "model.pt")
 
-    def finish(self, final_accuracy: float, final_loss: float, assumptions_hold: bool) -> dict[str, object]:
+    def finish(self, final_accuracy: float, final_loss: float, assumptions_hold: bool) -> dict[str, Any]:
         """Write summary.json: final accuracy, rounds run and every client's privacy position."""
         summary = {
             "final_accuracy": final_accuracy,

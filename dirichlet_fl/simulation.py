@@ -41,7 +41,7 @@ def simulate(
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run.run_id, SUPERLINK_NODE_ID
     run_config = get_fused_config_from_dir(APP_DIR, run.override_config)
     context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
-    backend_config = {
+    backend_config: dict[str, dict[str, Any]] = {
         "client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": num_gpus_per_client},
         "init_args": {"logging_level": "ERROR", "log_to_driver": True},
     }

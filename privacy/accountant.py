@@ -11,6 +11,7 @@ curves on the orders admissible for all of them (Lemma 12).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -116,7 +117,7 @@ class DirichletAccountant:
         spent = rdp_to_epsilon(_total_curve(projected, self._config.max_order), self._config.target_delta)
         return spent.epsilon > limit
 
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state: the config and the event ledger (the curve is rebuilt from it)."""
         return {
             "schema_version": _STATE_SCHEMA_VERSION,
@@ -125,7 +126,7 @@ class DirichletAccountant:
             "compositions": [{"event": asdict(event), "count": count} for event, count in self._compositions],
         }
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state_dict(); refuses another schema, method or configuration."""
         if state.get("schema_version") != _STATE_SCHEMA_VERSION:
             raise ValueError(f"unsupported accountant state schema_version={state.get('schema_version')!r}")

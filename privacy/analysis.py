@@ -2,7 +2,7 @@
 
 Neighbouring relation: add/remove one training example (its input x; labels are public).
 What an eps from this module covers: the perturbed softmax outputs p ~ Dir(r s(f(x)) + alpha 1)
-that Algorithm 1 releases at each step, per example, for the inputs only. ../NOTES (section 3)
+that Algorithm 1 releases at each step, per example, for the inputs only. docs/privacy.md
 and README.md explain why this is not a bound on what the trained weights leak.
 
 The per-step curve of one Poisson-subsampled application (sampling rate q) at integer order lam,
@@ -45,14 +45,22 @@ LOG_THREE = math.log(3.0)
 class UnreachableEpsilonError(ValueError):
     """The target eps lies at or below the r -> 0 floor of Theorem 10 for this (q, T, delta)."""
 
-    def __init__(self, target_epsilon: float, floor: float, sample_rate: float, steps: int, delta: float):
+    def __init__(self, target_epsilon: float, floor: Epsilon, sample_rate: float, steps: int, delta: float,
+                 max_order: int = DEFAULT_MAX_ORDER):
         self.target_epsilon = target_epsilon
-        self.floor = floor
+        self.floor = floor.epsilon
+        at_cap = (
+            f" This floor is attained at the largest RDP order evaluated ({max_order}), so it comes from that "
+            f"cap, not from Theorem 10 alone: a larger max order lowers it, but the r it allows is about "
+            f"alpha/{max_order}, too small to train; a smaller sample rate or fewer steps is the useful fix."
+            if floor.order >= max_order
+            else ""
+        )
         super().__init__(
             f"epsilon={target_epsilon:g} is unreachable for sample_rate={sample_rate:g}, steps={steps}, "
             f"delta={delta:g}: the smallest reachable epsilon (the floor of Theorem 10 as r -> 0) is "
-            f"{floor:.6g}; choose epsilon > {floor:.6g}, or lower the floor with a smaller sample rate, "
-            f"fewer steps or a larger delta"
+            f"{floor.epsilon:.6g}; choose epsilon > {floor.epsilon:.6g}, or lower the floor with a smaller sample "
+            f"rate, fewer steps or a larger delta.{at_cap}"
         )
 
 
@@ -217,19 +225,21 @@ def calibrate_r(
     Raises UnreachableEpsilonError when target <= the floor.
     """
     _validate(target_epsilon, delta, sample_rate, steps, alpha)
+    check_integer("max_order", max_order, 2)
 
     def excess(r: float) -> float:
         return epsilon(r, alpha, sample_rate, steps, delta, max_order).epsilon - target_epsilon
 
-    floor = epsilon_floor(sample_rate, steps, delta, max_order).epsilon
+    floor_at = epsilon_floor(sample_rate, steps, delta, max_order)
+    floor = floor_at.epsilon
     if target_epsilon <= floor:
-        raise UnreachableEpsilonError(target_epsilon, floor, sample_rate, steps, delta)
+        raise UnreachableEpsilonError(target_epsilon, floor_at, sample_rate, steps, delta, max_order)
     high = alpha * (1.0 - 1e-12)
     low = alpha / 2.0
     while excess(low) > 0.0:
         high, low = low, low / 2.0
         if low < alpha * 1e-300:  # target is above the floor, so this cannot happen
-            raise UnreachableEpsilonError(target_epsilon, floor, sample_rate, steps, delta)
+            raise UnreachableEpsilonError(target_epsilon, floor_at, sample_rate, steps, delta, max_order)
     if excess(high) <= 0.0:
         low = high
     else:

@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -299,7 +300,7 @@ class AuditReport:
     def violation(self) -> bool:
         return self.eps_lower_bound > self.claimed_eps
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (no ROC points: plot_roc draws them); an infinite claim becomes None."""
         threshold, counts = self.bound.threshold, self.bound.counts
         return {

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from privacy.checks import check_in_open_interval, check_integer, check_positive
 from privacy.mechanisms import Mechanism, MechanismSpec
@@ -186,7 +186,7 @@ class DPSGDMechanism(Mechanism):
     def steps(self) -> int:
         return sum(count for _, _, count in self.accountant.history)
 
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> dict[str, Any]:
         """Calibration and the RDPAccountant's ledger, as JSON-ready numbers and lists."""
         return {
             "mechanism": self.name,
@@ -202,7 +202,7 @@ class DPSGDMechanism(Mechanism):
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, object]) -> DPSGDMechanism:
+    def from_state_dict(cls, state: dict[str, Any]) -> DPSGDMechanism:
         """Rebuild from state_dict(); the ledger continues where it stopped (never rebuilt from scratch)."""
         if state.get("mechanism") != cls.name:
             raise ValueError(f"saved state is for mechanism {state.get('mechanism')!r}, not {cls.name!r}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from privacy.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
 from privacy.analysis import calibrate_r
@@ -97,7 +97,7 @@ class Mechanism(ABC):
         """Steps composed so far."""
 
     @abstractmethod
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable ledger and calibration."""
 
     @classmethod
@@ -107,7 +107,7 @@ class Mechanism(ABC):
 
     @classmethod
     @abstractmethod
-    def from_state_dict(cls, state: dict[str, object]) -> Mechanism:
+    def from_state_dict(cls, state: dict[str, Any]) -> Mechanism:
         """Rebuild a mechanism, calibration and ledger included, from state_dict()."""
 
 
@@ -146,11 +146,11 @@ class NoPrivacy(Mechanism):
     def steps(self) -> int:
         return self._steps
 
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> dict[str, Any]:
         return {"mechanism": self.name, "sample_rate": self.sample_rate, "steps": self._steps}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, object]) -> NoPrivacy:
+    def from_state_dict(cls, state: dict[str, Any]) -> NoPrivacy:
         mechanism = cls(float(state["sample_rate"]))
         mechanism._steps = int(state["steps"])
         return mechanism
@@ -198,11 +198,11 @@ class DirichletMechanism(Mechanism):
     def steps(self) -> int:
         return self.accountant.num_releases
 
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> dict[str, Any]:
         return {"mechanism": self.name, "event": asdict(self.event), "ledger": self.accountant.state_dict()}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, object]) -> DirichletMechanism:
+    def from_state_dict(cls, state: dict[str, Any]) -> DirichletMechanism:
         event = DirichletEvent(**state["event"])
         mechanism = cls(event.r, event.alpha, event.sample_rate, state["ledger"]["config"]["target_delta"])
         mechanism.accountant.load_state_dict(state["ledger"])

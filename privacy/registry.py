@@ -7,6 +7,8 @@ mechanism all go through here, so a new mechanism is one class and one line in M
 
 from __future__ import annotations
 
+from typing import Any
+
 from privacy.checks import check_choice
 from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, Mechanism, MechanismSpec, NoPrivacy
@@ -31,7 +33,7 @@ def build_mechanism(spec: MechanismSpec) -> Mechanism:
     return mechanism_class(spec.name).calibrated(spec)
 
 
-def restore_mechanism(state: dict[str, object]) -> Mechanism:
+def restore_mechanism(state: dict[str, Any]) -> Mechanism:
     """Rebuild a mechanism, calibration and ledger included, from Mechanism.state_dict()."""
     name = state.get("mechanism")
     if name not in MECHANISMS:

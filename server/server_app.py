@@ -9,18 +9,22 @@ from __future__ import annotations
 
 from logging import INFO
 from pathlib import Path
+from typing import Any
 
 from flwr.app import ArrayRecord, Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.protocol import code_fingerprint
 from dirichlet_fl.runs import RoundRecord, RunWriter
 from dirichlet_fl.task import build_run_model, evaluate, federated_split, initial_model, resolve_device
 from privacy.registry import covers
 from strategies.private_fedavg import PrivateFedAvg
 
 app = ServerApp()
+APP_DIR = Path(__file__).resolve().parent.parent
+"""The app this ServerApp was loaded from (the submitted bundle, under Flower)."""
 
 
 def _central_evaluator(config: RunConfig, num_clients: int):
@@ -38,7 +42,7 @@ def _central_evaluator(config: RunConfig, num_clients: int):
     return evaluate_fn
 
 
-def _round_line(config: RunConfig, row: dict[str, object]) -> str:
+def _round_line(config: RunConfig, row: dict[str, Any]) -> str:
     eps = row["max_epsilon"]
     privacy = "" if config.mechanism == "none" else f"  max eps {eps:.4f} (delta={config.delta:g})"
     return (
@@ -55,7 +59,7 @@ def main(grid: Grid, context: Context) -> None:
     strategy = PrivateFedAvg(
         seed=config.seed, fraction_train=config.fraction_train, fraction_evaluate=config.fraction_evaluate
     )
-    num_clients = strategy.discover(grid)
+    num_clients = strategy.discover(grid, code_fingerprint(APP_DIR))
     data = federated_split(config.split_spec(num_clients)).data
     model = initial_model(config, data)
     writer = RunWriter.create(config, num_clients, covers(config.mechanism))
@@ -83,7 +87,7 @@ def main(grid: Grid, context: Context) -> None:
             "  VIOLATION" if report.violation else "", writer.directory)
 
 
-def _summary_lines(config: RunConfig, summary: dict[str, object], directory: Path) -> list[str]:
+def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) -> list[str]:
     lines = [f"final accuracy {summary['final_accuracy']:.4f} after {summary['rounds']} rounds; results in {directory}"]
     if config.mechanism == "none":
         return lines + ["mechanism none: training is not private"]

@@ -7,7 +7,7 @@ caches warm, and once cold (the binomial tables cleared first, as in a client's 
 
 The reference is what a direct transcription of Theorem 10 does: a Python loop over the admissible
 orders, each order evaluated with numpy over j (trigamma and binomial terms recomputed per order),
-solved by Brent's method over the whole interval. What calibrate_r does instead (NOTES.md section 2):
+solved by Brent's method over the whole interval. What calibrate_r does instead (docs/privacy.md):
 trigamma once per r, one memoised log-binomial table, all orders at once in log space, and a
 bracket found by halving from alpha/2 before Brent. It is slow (about a second per solve), so only
 `--reference-configs` configurations are timed with it, and its r* is checked against calibrate_r's.

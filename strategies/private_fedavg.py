@@ -14,13 +14,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from dirichlet_fl.protocol import BUDGET_EXHAUSTED
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED, number
 from dirichlet_fl.runs import RoundRecord
 
 
@@ -46,8 +47,9 @@ class PrivateFedAvg(FedAvg):
         self.exhausted: set[int] = set()
         self.current: RoundRecord | None = None
 
-    def discover(self, grid: Grid, timeout: float = 600.0) -> int:
-        """Ask every node which partition it holds (a query message), so sampling can be seeded.
+    def discover(self, grid: Grid, code: str, timeout: float = 600.0) -> int:
+        """Ask every node which partition it holds (a query message), so sampling can be seeded, and
+        whether it runs the same client code (`code`: dirichlet_fl.protocol.code_fingerprint).
 
         Waits until as many nodes as the partitioning has (each node reports num-partitions) are
         connected; returns that number."""
@@ -60,12 +62,13 @@ class PrivateFedAvg(FedAvg):
             if not new:
                 time.sleep(0.2)
                 continue
-            messages = [Message(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY) for node in new]
+            query = RecordDict({"config": ConfigRecord({"code": code})})
+            messages = [Message(query, dst_node_id=node, message_type=MessageType.QUERY) for node in new]
             for reply in grid.send_and_receive(messages, timeout=timeout):
                 if reply.has_error():
-                    raise RuntimeError(f"node {reply.metadata.src_node_id} did not describe itself: {reply.error.reason}")
-                self.partition_of[reply.metadata.src_node_id] = int(reply.content["node"]["partition-id"])
-                num_partitions = max(num_partitions, int(reply.content["node"]["num-partitions"]))
+                    raise RuntimeError(f"node {reply.metadata.src_node_id} refused to join: {reply.error.reason}")
+                self.partition_of[reply.metadata.src_node_id] = int(number(reply.content, "node", "partition-id"))
+                num_partitions = max(num_partitions, int(number(reply.content, "node", "num-partitions")))
         if sorted(self.partition_of.values()) != list(range(num_partitions)):
             raise RuntimeError(f"nodes hold partitions {sorted(self.partition_of.values())}, not 0..{num_partitions - 1}")
         return num_partitions
@@ -110,7 +113,7 @@ class PrivateFedAvg(FedAvg):
             else:
                 record.failed[partition] = reply.error.reason or ""
         for reply in valid:
-            metrics = dict(reply.content["metrics"])
+            metrics = {key: float(cast(float, value)) for key, value in reply.content.metric_records["metrics"].items()}
             record.trained[int(metrics["partition-id"])] = metrics
             if not metrics["can-continue"]:
                 self.exhausted.add(reply.metadata.src_node_id)
@@ -137,13 +140,13 @@ class PrivateFedAvg(FedAvg):
                 break
             replies = grid.send_and_receive(messages, timeout=timeout)
             new_arrays, _ = self.aggregate_train(server_round, replies)
-            record = self.current
+            record = self.current or RoundRecord(server_round)
             arrays = new_arrays if new_arrays is not None else arrays
             evaluations = grid.send_and_receive(
                 list(self.configure_evaluate(server_round, arrays, ConfigRecord(), grid)), timeout=timeout
             )
             federated = self.aggregate_evaluate(server_round, evaluations)
-            record.federated = dict(federated) if federated is not None else {}
+            record.federated = {k: float(cast(float, v)) for k, v in federated.items()} if federated is not None else {}
             record.central = evaluate_fn(server_round, arrays)
             on_round(record, arrays)
         return arrays

@@ -9,13 +9,11 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
+from cli import audit_experiment
 from privacy.analysis import attenuation
 from privacy.audit import AttackCounts, epsilon_from_counts
-from cli import audit_experiment
 from sims.audit_experiment import CONTROL, ExperimentConfig, candidate_split, train_arm
-
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 

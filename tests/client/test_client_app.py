@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord
 
 import client.client_app as client_app
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, code_fingerprint
 from dirichlet_fl.task import federated_split, initial_model
 from privacy.registry import restore_mechanism
 from tests.helpers import client_context, train_message
@@ -101,8 +101,20 @@ def test_evaluate_reports_the_exact_loss_and_accuracy_of_the_local_test_share() 
     assert 0.0 < metrics["eval-accuracy"] < 1.0  # an untrained model is right sometimes, not always
 
 
+def query(context, code: str):
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    return client_app.describe(Message(RecordDict({"config": ConfigRecord({"code": code})}), dst_node_id=7,
+                                       message_type="query"), context)
+
+
 def test_query_names_the_partition() -> None:
-    context = client_context(OVERRIDES)
-    description = client_app.describe(train_message(global_arrays(context), 0, "query"), context)
+    description = query(client_context(OVERRIDES), code_fingerprint(client_app.APP_DIR))
     assert description.content["node"]["partition-id"] == 0
     assert description.content["node"]["num-partitions"] == 2
+
+
+def test_query_from_a_server_with_other_code_is_refused() -> None:
+    reply = query(client_context(OVERRIDES), "0" * 64)
+    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert "differs from the submitted app" in reply.error.reason

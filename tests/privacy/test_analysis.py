@@ -30,7 +30,7 @@ SVHN = (250 / 73257, 11722)
 TABLE_6 = [(0.1, 0.0087), (0.3, 0.0260), (0.5, 0.0433), (1.0, 0.0864), (2.0, 0.1580), (3.0, 0.2349)]
 
 # Table 7: alpha = 3. The values marked "twice" were rounded twice in the paper
-# (0.40346 -> 0.404 and 0.82448 -> 0.825): NOTES.md section 2.
+# (0.40346 -> 0.404 and 0.82448 -> 0.825): measured when the project began.
 TABLE_7 = [
     (CIFAR10, 1, 0.235), (CIFAR10, 2, 0.404), (CIFAR10, 3, 0.559), (CIFAR10, 4, 0.679), (CIFAR10, 6, 0.825),
     (CIFAR10, 8, 0.903),
@@ -111,7 +111,7 @@ def test_unreachable_target_reports_the_floor() -> None:
 
 
 def test_high_order_solutions_are_found() -> None:
-    """NOTES.md: q = 0.05, T = 3000, target 3 needs an order near 1,100 (a cap of 256 would get it wrong)."""
+    """q = 0.05, T = 3000, target 3 needs an order near 1,100 (a cap of 256 would get it wrong)."""
     result = calibrate_r(3.0, DELTA, 0.05, 3000, 3.0)
     assert 1000 < result.order < 1200
     assert result.epsilon <= 3.0

@@ -1,0 +1,97 @@
+"""The code that runs is the code submitted: `flwr run` against a SuperLink started from another checkout
+runs the submitted bundle's ClientApp, or (when a stale copy shadows it) refuses loudly.
+
+Two checkouts share one Flower home (one local SuperLink). The second checkout's ClientApp is changed
+to leave a mark. The project installs no generic top-level package, so what Ray's workers can import
+is the bundle, or a checkout lying in the SuperLink's working directory: started from a neutral folder
+(as scripts/run.sh does) the changed app runs; started from inside the first checkout, the clients
+refuse to join (dirichlet_fl.protocol.code_fingerprint) and the run stops with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FLWR = Path(sys.executable).parent / "flwr"
+RUN_CONFIG = "num-server-rounds=1 local-steps=2 fraction-evaluate=0.0 results-dir='{results}'"
+
+
+def copy_checkout(destination: Path, marker: Path) -> Path:
+    """A second checkout: the tracked files of this one, with a ClientApp whose query handler (run by the
+    Ray workers, never by the server's process) writes `marker`."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, destination / name)
+    client_app = destination / "client" / "client_app.py"
+    anchor = '    expected = str(msg.content.config_records["config"]["code"])'
+    source = client_app.read_text().replace(anchor, f"    Path({str(marker)!r}).write_text('second checkout')\n{anchor}", 1)
+    client_app.write_text(source)
+    return destination
+
+
+def superlink_pids(flwr_home: Path) -> list[int]:
+    """PIDs of the local SuperLink that `flwr run` started for this Flower home."""
+    found = subprocess.run(["pgrep", "-f", f"flower-superlink.*{flwr_home}"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def stop(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + 15
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in pids:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+
+
+def flwr_run(app: Path, flwr_home: Path, cwd: Path, results: Path) -> subprocess.CompletedProcess[str]:
+    """`flwr run APP` from `cwd` (where a SuperLink it starts will live), 2 simulated clients, one round."""
+    env = {**os.environ, "FLWR_HOME": str(flwr_home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+           "FLWR_TELEMETRY_ENABLED": "0", "PATH": f"{FLWR.parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTHONPATH", None)
+    command = [str(FLWR), "run", str(app), "--stream", "--federation-config", "num-supernodes=2",
+               "--run-config", RUN_CONFIG.format(results=results)]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+
+
+@pytest.fixture
+def flwr_home(tmp_path: Path):
+    home = tmp_path / "flwr-home"
+    yield home
+    stop(superlink_pids(home))
+
+
+def test_the_submitted_client_app_runs_not_the_first_checkouts(tmp_path: Path, flwr_home: Path) -> None:
+    marker = tmp_path / "marker"
+    second = copy_checkout(tmp_path / "second", marker)
+    neutral = tmp_path / "neutral"
+    neutral.mkdir()
+    first = flwr_run(ROOT, flwr_home, neutral, tmp_path / "results")  # starts the SuperLink, runs checkout 1
+    assert "final accuracy" in first.stdout + first.stderr, first.stdout[-2000:] + first.stderr[-2000:]
+    assert not marker.exists()
+    flwr_run(second, flwr_home, second, tmp_path / "results")
+    assert marker.read_text() == "second checkout"
+
+
+def test_a_stale_checkout_on_the_workers_path_makes_the_clients_refuse(tmp_path: Path, flwr_home: Path) -> None:
+    second = copy_checkout(tmp_path / "second", tmp_path / "marker")
+    flwr_run(ROOT, flwr_home, ROOT, tmp_path / "results")  # a SuperLink whose workers start inside checkout 1
+    stale = flwr_run(second, flwr_home, second, tmp_path / "results")
+    output = stale.stdout + stale.stderr
+    assert "refused to join" in output and "differs from the submitted app" in output, output[-3000:]
