@@ -181,6 +181,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     report: dict[str, object] = {
         **ratios,
         "median_seconds": medians,
+        "step_seconds": times,
         "quartiles_seconds": {name: statistics.quantiles(v, n=4) for name, v in times.items() if len(v) > 1},
         "targets": {key: {"target": f"{op} {bound:g}", "met": _verdict(ratios[key], (op, bound))}
                     for key, (op, bound) in TARGETS.items()},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,12 @@ def test_steps_reports_medians_ratios_and_profile(tmp_path: Path, capsys: pytest
     report = run_bench(argv, capsys)
 
     medians = report["median_seconds"]
-    assert set(medians) == {"plain", "dirichlet", "opacus"} and all(v > 0 for v in medians.values())
-    assert report["dirichlet_over_plain"] == pytest.approx(medians["dirichlet"] / medians["plain"])
-    assert report["opacus_over_dirichlet"] == pytest.approx(medians["opacus"] / medians["dirichlet"])
+    samples = report["step_seconds"]  # the raw timings: the medians and ratios are recomputed from them here
+    assert {name: len(values) for name, values in samples.items()} == {"plain": 3, "dirichlet": 3, "opacus": 3}
+    assert medians == {name: statistics.median(values) for name, values in samples.items()}
+    ratio = statistics.median(samples["dirichlet"]) / statistics.median(samples["plain"])
+    assert report["dirichlet_over_plain"] == pytest.approx(ratio)
+    assert report["targets"]["dirichlet_over_plain"]["met"] == (ratio <= 1.10)
     assert report["config"]["batch_size"] == 4 and report["config"]["input"] == [1, 8, 8]
     assert set(report["profile_median_seconds"]["opacus"]) == {"forward", "loss", "backward", "optimizer_step"}
     config = json.loads((tmp_path / "config.json").read_text())
@@ -120,13 +124,12 @@ def test_gpu_benchmark_smoke_runs_on_cpu_with_synthetic_data(
             "--warmup-steps", "1", "--sample-rate", "0.1", "--device", "cpu", "--out", str(tmp_path)]
     report = run_bench(argv, capsys)
 
-    assert set(report["seconds_per_epoch"]) == {"dirichlet", "dpsgd"}
-    assert report["dpsgd_over_dirichlet"] == pytest.approx(
-        report["seconds_per_epoch"]["dpsgd"] / report["seconds_per_epoch"]["dirichlet"])
+    raw = {name: statistics.median(result["epoch_seconds"]) for name, result in report["mechanisms"].items()}
+    assert report["seconds_per_epoch"] == raw and set(raw) == {"dirichlet", "dpsgd"}
+    assert report["dpsgd_over_dirichlet"] == pytest.approx(raw["dpsgd"] / raw["dirichlet"])
     for result in report["mechanisms"].values():
         assert len(result["epoch_seconds"]) == 1 and result["steps_per_epoch"] == 2
         assert 0 < result["epsilon"] <= 4.0
-    assert report["paper_seconds_per_epoch"] == {"dirichlet": 30.0, "dpsgd": 60.0}
 
 
 def test_invalid_options_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
