@@ -1,9 +1,17 @@
 """The ClientApp: Algorithm 1 on the client's own shard, with its own budget and ledger.
 
 Each client calibrates its mechanism once (r* for its sampling rate and the steps it may run over
-the whole run), keeps the mechanism and its ledger in context.state across rounds, refuses a round
-that would take it past its target eps (an Error reply, so the round goes on without it), and
-composes every step it runs. The round itself lives in client/round.py.
+the whole run), keeps the mechanism and its ledger across rounds, refuses a round that would take it
+past its target eps (an Error reply, so the round goes on without it), and composes every step it
+runs. The round itself lives in client/round.py.
+
+The ledger lives in context.state and, when the client knows where, in a durable file
+(client/ledger_store.py): `<ledger-dir>/partition-<id>.json` when the SuperNode's node config sets
+`ledger-dir`, else `<run-dir>/ledgers/partition-<id>.json` with the run folder the server sends in
+the train message's config (simulation). The file is written ahead (the round's planned steps
+already composed) before training and rewritten with the exact ledger after the round, so that a
+killed process over-states its spending, never under-states it, and a resumed run continues it.
+An Error reply carries the ledger summary in its reason (dirichlet_fl.protocol.error_reason).
 """
 
 from __future__ import annotations
@@ -15,9 +23,19 @@ from typing import Any
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from client.round import Client, evaluate_round, train_round
+from client.ledger_store import LedgerStore
+from client.round import Client, evaluate_round, ledger_summary, train_round
 from dirichlet_fl.config import RunConfig, parse_run_config
-from dirichlet_fl.protocol import SETUP_FAILED, TRAINING_FAILED, arrays_of, code_fingerprint, number
+from dirichlet_fl.protocol import (
+    RUN_DIR_KEY,
+    SETUP_FAILED,
+    TRAINING_FAILED,
+    arrays_of,
+    code_fingerprint,
+    error_reason,
+    number,
+    one_line,
+)
 
 STATE_KEY = "privacy"
 APP_DIR = Path(__file__).resolve().parent.parent
@@ -34,7 +52,22 @@ def _client(context: Context, config: RunConfig) -> Client:
     return Client(partition_id, num_partitions, float(context.node_config.get("target-epsilon", default)))
 
 
-def _saved_mechanism(context: Context) -> dict[str, Any] | None:
+def ledger_store(msg: Message, context: Context, partition_id: int) -> LedgerStore | None:
+    """This client's durable ledger file: under the node's `ledger-dir`, else under the run folder the
+    server named in the message; None when neither is known (the ledger then lives in context.state only)."""
+    if "ledger-dir" in context.node_config:
+        return LedgerStore(Path(str(context.node_config["ledger-dir"])) / f"partition-{partition_id}.json")
+    config = msg.content.config_records.get("config")
+    if config is not None and RUN_DIR_KEY in config:
+        return LedgerStore(Path(str(config[RUN_DIR_KEY])) / "ledgers" / f"partition-{partition_id}.json")
+    return None
+
+
+def _saved_mechanism(context: Context, store: LedgerStore | None) -> dict[str, Any] | None:
+    """The client's ledger: from its durable file when there is one, else from the node's state."""
+    if store is not None:
+        stored = store.load()
+        return None if stored is None else dict(stored["mechanism"])
     if STATE_KEY not in context.state:
         return None
     return json.loads(str(context.state.config_records[STATE_KEY]["mechanism"]))
@@ -46,13 +79,28 @@ def train(msg: Message, context: Context) -> Message:
     config = parse_run_config(context.run_config)
     try:
         client = _client(context, config)
-    except ValueError as error:
-        return Message(Error(SETUP_FAILED, str(error)), reply_to=msg)
+        store = ledger_store(msg, context, client.partition_id)
+        saved = _saved_mechanism(context, store)
+    except ValueError as error:  # includes a corrupt ledger file: never silently reset
+        return Message(Error(SETUP_FAILED, error_reason(str(error), None)), reply_to=msg)
     weights = arrays_of(msg.content).to_torch_state_dict()
     server_round = int(number(msg.content, "config", "server-round"))
-    outcome = train_round(config, client, _saved_mechanism(context), weights, server_round)
+
+    def write_ahead(planned: dict[str, Any]) -> None:
+        if store is not None:
+            store.save({"mechanism": planned, "round": server_round, "complete": False})
+
+    outcome = train_round(config, client, saved, weights, server_round, write_ahead)
     if outcome.mechanism is not None:  # saved before replying, error or not: the ledger must survive
-        context.state[STATE_KEY] = ConfigRecord({"mechanism": json.dumps(outcome.mechanism.state_dict())})
+        state = outcome.mechanism.state_dict()
+        context.state[STATE_KEY] = ConfigRecord({"mechanism": json.dumps(state)})
+        if store is not None:
+            try:
+                store.save({"mechanism": state, "round": server_round, "complete": True})
+            except OSError as error:  # the write-ahead record (an over-statement) stays in place
+                text = f"client {client.partition_id}: cannot save its ledger: {one_line(error)}"
+                reason = error_reason(text, ledger_summary(config, client, outcome.mechanism))
+                return Message(Error(TRAINING_FAILED, reason), reply_to=msg)
     if outcome.error_code is not None or outcome.weights is None:
         return Message(Error(outcome.error_code or TRAINING_FAILED, outcome.reason), reply_to=msg)
     content = RecordDict({"arrays": ArrayRecord(outcome.weights), "metrics": MetricRecord(outcome.metrics)})

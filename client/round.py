@@ -9,6 +9,7 @@ The caller keeps `outcome.mechanism.state_dict()` between rounds and turns the o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from torch import Tensor
 
 from client.training import make_optimizer, train_locally
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, Metrics
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, Metrics, error_reason, one_line
 from dirichlet_fl.task import (
     ClientShard,
     augmentation,
@@ -44,7 +45,8 @@ class Client:
 @dataclass
 class RoundOutcome:
     """A round's result: the updated weights and metrics, or an error code (dirichlet_fl.protocol)
-    with its reason. `mechanism` holds the client's ledger whenever it exists, error or not."""
+    with its reason (one line, then the ledger summary: dirichlet_fl.protocol.error_reason).
+    `mechanism` holds the client's ledger whenever it exists, error or not."""
 
     mechanism: Mechanism | None
     weights: dict[str, Tensor] | None = None
@@ -65,44 +67,74 @@ def _mechanism(config: RunConfig, client: Client, saved: dict[str, Any] | None, 
     return build_mechanism(mechanism_spec(config, client.partition_id, num_examples, client.target_epsilon))
 
 
-def train_round(
-    config: RunConfig, client: Client, saved: dict[str, Any] | None, weights: dict[str, Tensor], server_round: int
-) -> RoundOutcome:
-    """One round of local training from the global `weights`; never raises for a client-side failure."""
-    label = f"client {client.partition_id}"
-    shard = shard_of(config, client)
-    try:
-        mechanism = _mechanism(config, client, saved, shard.num_examples)
-    except ValueError as error:
-        return RoundOutcome(None, error_code=SETUP_FAILED, reason=f"{label}: {error}")
-    steps = config.local_steps_per_round(mechanism.sample_rate)
-    if mechanism.would_exceed(steps, client.target_epsilon):
-        spent = mechanism.epsilon(config.delta)
-        reason = f"{label}: budget spent (eps {spent:.4f} of {client.target_epsilon:g} at delta={config.delta:g})"
-        return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=reason)
-    model = build_run_model(config, federated_split(config.split_spec(client.num_partitions)).data)
-    model = model.to(shard.train_x.device)
-    model.load_state_dict(weights)
-    wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, config.learning_rate))
-    generator = client_generator(config, client.partition_id, server_round, shard.train_x.device)
-    try:
-        mean_loss = train_locally(
-            wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate, generator,
-            augmentation(config),
-        )
-    except Exception as error:  # the ledger survives: every step was composed before it ran
-        return RoundOutcome(mechanism, error_code=TRAINING_FAILED, reason=f"{label}: training failed: {error!r}")
-    metrics: Metrics = {
-        "num-examples": shard.num_examples,
-        "partition-id": client.partition_id,
-        "train-loss": mean_loss if math.isfinite(mean_loss) else 0.0,
+def ledger_summary(config: RunConfig, client: Client, mechanism: Mechanism) -> Metrics:
+    """What the client has spent, with what it covers: eps at the run's delta, steps, q, target, noise."""
+    return {
         "epsilon": mechanism.epsilon(config.delta),
         "target-epsilon": client.target_epsilon,
         "delta": config.delta,
         "steps": mechanism.steps,
         "sample-rate": mechanism.sample_rate,
-        "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
         **mechanism.parameters(),
+    }
+
+
+def planned_state(mechanism: Mechanism, steps: int) -> dict[str, Any]:
+    """The ledger as it will be once `steps` more steps ran: what a write-ahead record stores, so that
+    a process killed mid-round leaves a ledger that over-states what it spent, never under-states it."""
+    planned = restore_mechanism(mechanism.state_dict())
+    planned.record(steps)
+    return planned.state_dict()
+
+
+def train_round(
+    config: RunConfig,
+    client: Client,
+    saved: dict[str, Any] | None,
+    weights: dict[str, Tensor],
+    server_round: int,
+    write_ahead: Callable[[dict[str, Any]], None] | None = None,
+) -> RoundOutcome:
+    """One round of local training from the global `weights`; never raises for a client-side failure.
+
+    `write_ahead(state)`, if given, durably stores the ledger with the whole round's steps already
+    composed before the first step runs; if it fails, the round is not trained."""
+    label = f"client {client.partition_id}"
+    try:
+        shard = shard_of(config, client)
+        mechanism = _mechanism(config, client, saved, shard.num_examples)
+    except ValueError as error:
+        return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None))
+    steps = config.local_steps_per_round(mechanism.sample_rate)
+    if mechanism.would_exceed(steps, client.target_epsilon):
+        spent = mechanism.epsilon(config.delta)
+        text = f"{label}: budget spent (eps {spent:.4f} of {client.target_epsilon:g} at delta={config.delta:g})"
+        return RoundOutcome(
+            mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, ledger_summary(config, client, mechanism))
+        )
+    try:
+        if write_ahead is not None:
+            write_ahead(planned_state(mechanism, steps))
+        model = build_run_model(config, federated_split(config.split_spec(client.num_partitions)).data)
+        model = model.to(shard.train_x.device)
+        model.load_state_dict(weights)
+        wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, config.learning_rate))
+        generator = client_generator(config, client.partition_id, server_round, shard.train_x.device)
+        mean_loss = train_locally(
+            wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate, generator,
+            augmentation(config),
+        )
+    except Exception as error:  # the ledger survives: every step was composed before it ran
+        text = f"{label}: training failed: {one_line(error)}"
+        return RoundOutcome(
+            mechanism, error_code=TRAINING_FAILED, reason=error_reason(text, ledger_summary(config, client, mechanism))
+        )
+    metrics: Metrics = {
+        "num-examples": shard.num_examples,
+        "partition-id": client.partition_id,
+        "train-loss": mean_loss if math.isfinite(mean_loss) else 0.0,
+        **ledger_summary(config, client, mechanism),
+        "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
     }
     return RoundOutcome(mechanism, weights=model.state_dict(), metrics=metrics)
 

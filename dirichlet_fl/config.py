@@ -18,6 +18,10 @@ from privacy.checks import check_choice, check_in_interval, check_in_open_interv
 from privacy.registry import MECHANISMS
 
 OPTIMIZERS = ("sgd", "adam")
+RESUMABLE_KEYS = frozenset(
+    {"resume-from", "results-dir", "run-name", "device", "audit", "fraction-evaluate", "max-idle-rounds"}
+)
+"""The keys a resumed run may change: none of them touches the data, the split, training or the accounting."""
 AUGMENT_CHOICES = ("auto", "on", "off")
 
 
@@ -71,6 +75,8 @@ class RunConfig:
     results_dir: str = "results"
     run_name: str = ""
     audit: bool = False
+    max_idle_rounds: int = 2
+    resume_from: str = ""
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:
@@ -113,6 +119,12 @@ class RunConfig:
         check_positive("learning-rate", self.learning_rate)
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device={self.device!r} is invalid: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        if self.run_name in (".", "..") or any(mark in self.run_name for mark in ("/", "\\", "\0")):
+            raise ValueError(
+                f"run-name={self.run_name!r} is invalid: give a plain folder name (no '/', '..'); "
+                "the run's folder is always created inside results-dir"
+            )
+        check_integer("max-idle-rounds", self.max_idle_rounds, 1)
 
     @property
     def budget_rounds(self) -> int:

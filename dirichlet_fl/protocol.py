@@ -5,6 +5,8 @@ readers for the records' values."""
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 from pathlib import Path
 from typing import cast
 
@@ -22,6 +24,45 @@ SETUP_FAILED = 4002
 """The client cannot train with this configuration (e.g. an unreachable eps, a too small shard)."""
 TRAINING_FAILED = 4003
 """Training failed midway; the client's ledger still holds every step that ran."""
+
+RUN_DIR_KEY = "run-dir"
+"""The train message's config key holding the run folder (where simulated clients keep their ledgers)."""
+
+LEDGER_MARK = " ledger="
+"""Separates an error reason's one human line from its ledger summary (a JSON object)."""
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line for people: its class and message, whitespace collapsed, no traceback."""
+    message = " ".join(str(error).split())
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def error_reason(text: str, ledger: Metrics | None) -> str:
+    """An Error reply's reason: one line of `text`, then (when the client has a ledger) the ledger summary
+    as JSON, so that the server records what a refusing or failing client has spent (never less).
+    A non-finite number (eps of mechanism none) is written as null."""
+    line = " ".join(text.split())
+    if ledger is None:
+        return line
+    summary = {key: value if not isinstance(value, float) or math.isfinite(value) else None
+               for key, value in ledger.items()}
+    return f"{line}{LEDGER_MARK}{json.dumps(summary, sort_keys=True, allow_nan=False)}"
+
+
+def parse_error_reason(reason: str) -> tuple[str, dict[str, float] | None]:
+    """(the human line, the ledger summary or None) of an error_reason(); null reads back as +inf.
+    A reason without a well-formed summary (e.g. from Flower itself) is all text."""
+    text, mark, tail = reason.rpartition(LEDGER_MARK)
+    if not mark:
+        return reason, None
+    try:
+        summary = json.loads(tail)
+    except json.JSONDecodeError:
+        return reason, None
+    if not isinstance(summary, dict):
+        return reason, None
+    return text, {key: math.inf if value is None else float(value) for key, value in summary.items()}
 
 
 def arrays_of(content: RecordDict, key: str = "arrays") -> ArrayRecord:

@@ -2,19 +2,23 @@
 
 results-dir/<run>/ holds config.json (the resolved run config and the number of clients),
 rounds.csv (one row per round), ledger.csv (one row per round and client), model.pt (the global
-weights of the last complete round) and summary.json (written at the end). Files are appended or
-replaced atomically after every round, so a run that fails midway leaves a consistent record of
-every round it completed.
+weights of the last complete round), checkpoint.pt (everything a resumed run needs: the round, the
+weights, the strategy's state and every client's last known ledger), ledgers/ (each simulated
+client's own durable ledger file, client/ledger_store.py) and summary.json (written at the end, with
+the run's `status`: completed, stopped-no-client-can-train or failed). After every round the weights
+are written first, then the rows, then the checkpoint, each atomically (dirichlet_fl.files), so a run
+killed at any point leaves a consistent record of every round it completed, and a resumed run
+(RunWriter.resume) cuts any rows past its checkpoint and appends from there.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +27,9 @@ import torch
 from flwr.app import ArrayRecord
 from torch import nn
 
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import RESUMABLE_KEYS, RunConfig
 from dirichlet_fl.data import ImageData
+from dirichlet_fl.files import append_atomically, write_atomically
 from dirichlet_fl.task import build_run_model, federated_split
 
 ROUND_COLUMNS = [
@@ -37,14 +42,28 @@ LEDGER_COLUMNS = [
 ]
 
 
+COMPLETED = "completed"
+"""Every round ran, or every client that can train has spent its budget."""
+STOPPED_NO_CLIENT = "stopped-no-client-can-train"
+"""No client was left to train, or none trained for max-idle-rounds consecutive rounds."""
+FAILED = "failed"
+"""The server stopped on an error (summary.json's `status_reason` says which)."""
+CHECKPOINT = "checkpoint.pt"
+
+
 @dataclass
 class RoundRecord:
-    """What happened in one round: who trained, who refused, who failed, and each trainer's metrics."""
+    """What happened in one round: who trained (with its metrics), who refused, who failed (with the
+    reason, one line), the ledger summaries refusing and failing clients reported, and which clients
+    were not asked because their budget is spent or their setup failed."""
 
     server_round: int
     trained: dict[int, dict[str, float]] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
+    reported: dict[int, dict[str, float]] = field(default_factory=dict)
+    spent: set[int] = field(default_factory=set)
+    excluded: set[int] = field(default_factory=set)
     central: dict[str, float] = field(default_factory=dict)
     federated: dict[str, float] = field(default_factory=dict)
 
@@ -73,19 +92,40 @@ class ClientLedger:
     refused_rounds: int = 0
     failed_rounds: int = 0
 
+    def absorb(self, values: dict[str, float]) -> None:
+        """Take a client's reported position (training metrics or an error's ledger summary)."""
+        self.epsilon, self.steps = values["epsilon"], int(values["steps"])
+        self.target_epsilon, self.sample_rate = values["target-epsilon"], values["sample-rate"]
+        self.noise = {k: values[k] for k in ("r", "noise_multiplier") if k in values}
+
 
 def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
 def _write_json(path: Path, payload: object) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n")
-    os.replace(temporary, path)
+    write_atomically(path, (json.dumps(payload, indent=2, allow_nan=False) + "\n").encode())
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file of a run folder; raises ValueError naming the file when it is corrupt."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is corrupt ({error}); it is not a readable dirichlet-fl run file") from None
+
+
+def _csv_text(columns: list[str], rows: list[dict[str, Any]], header: bool = False) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, columns, lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
 
 
 class RunWriter:
-    """Writes a run's folder as the run goes."""
+    """Writes a run's folder as the run goes (create() for a new run, resume() to continue one)."""
 
     def __init__(self, directory: Path, config: RunConfig, num_clients: int, covers: str) -> None:
         self.directory = directory
@@ -94,11 +134,6 @@ class RunWriter:
         self.clients = {c: ClientLedger(config.target_epsilon_for(c, num_clients)) for c in range(num_clients)}
         self.rounds: list[dict[str, Any]] = []
         self.started = time.monotonic()
-        directory.mkdir(parents=True, exist_ok=False)
-        _write_json(directory / "config.json", {"run_config": config.to_run_config(), "num_clients": num_clients})
-        for name, columns in (("rounds.csv", ROUND_COLUMNS), ("ledger.csv", LEDGER_COLUMNS)):
-            with open(directory / name, "w", newline="") as handle:
-                csv.writer(handle).writerow(columns)
 
     @classmethod
     def create(cls, config: RunConfig, num_clients: int, covers: str) -> RunWriter:
@@ -111,12 +146,43 @@ class RunWriter:
         while directory.exists():
             suffix += 1
             directory = Path(config.results_dir) / f"{name}-{suffix}"
-        return cls(directory, config, num_clients, covers)
+        writer = cls(directory, config, num_clients, covers)
+        directory.mkdir(parents=True, exist_ok=False)
+        _write_json(directory / "config.json", {"run_config": config.to_run_config(), "num_clients": num_clients})
+        write_atomically(directory / "rounds.csv", _csv_text(ROUND_COLUMNS, [], header=True).encode())
+        write_atomically(directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, [], header=True).encode())
+        return writer
 
-    def record_round(self, record: RoundRecord, arrays: ArrayRecord) -> dict[str, Any]:
-        """Checkpoint the global weights, then append the round to rounds.csv and ledger.csv (weights
-        first: the rows never run ahead of model.pt)."""
-        self.save_weights(arrays)
+    @classmethod
+    def resume(cls, config: RunConfig, num_clients: int, covers: str) -> tuple[RunWriter, dict[str, Any]]:
+        """Continue the run in config.resume_from from its last checkpoint: refuse a config that changes
+        the accounting (ValueError naming the key), cut rows past the checkpoint, restore every client's
+        ledger. Returns the writer and the checkpoint (round, weights, strategy state)."""
+        directory = Path(config.resume_from)
+        checkpoint = read_checkpoint(directory)
+        stored = read_json(directory / "config.json")
+        check_resumable(RunConfig.from_run_config(stored["run_config"]), config)
+        if int(stored["num_clients"]) != num_clients:
+            raise ValueError(
+                f"resume-from={config.resume_from!r}: the run had {stored['num_clients']} clients but this federation "
+                f"has {num_clients}; resume it with the same number of clients"
+            )
+        writer = cls(directory, config, num_clients, covers)
+        writer.clients = {int(c): ClientLedger(**ledger) for c, ledger in checkpoint["clients"].items()}
+        writer.started -= float(checkpoint["seconds"])
+        last = int(checkpoint["round"])
+        writer.rounds = [row for row in _read_rows(directory / "rounds.csv") if int(row["round"]) <= last]
+        ledger_rows = [row for row in _read_rows(directory / "ledger.csv") if int(row["round"]) <= last]
+        write_atomically(directory / "rounds.csv", _csv_text(ROUND_COLUMNS, writer.rounds, header=True).encode())
+        write_atomically(directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows, header=True).encode())
+        writer.save_weights_dict(checkpoint["weights"])
+        return writer, checkpoint
+
+    def record_round(self, record: RoundRecord, arrays: ArrayRecord, strategy_state: dict[str, Any]) -> dict[str, Any]:
+        """Save the global weights, append the round to rounds.csv and ledger.csv, then checkpoint
+        (weights first: the rows never run ahead of model.pt; the checkpoint never ahead of the rows)."""
+        weights = arrays.to_torch_state_dict()
+        self.save_weights_dict(weights)
         row = {
             "round": record.server_round,
             "central_accuracy": record.central.get("accuracy", math.nan),
@@ -130,13 +196,20 @@ class RunWriter:
             "max_epsilon": record.max_epsilon,
             "seconds": round(time.monotonic() - self.started, 3),
         }
+        ledger_rows = [{"round": record.server_round, "client": c, **entry} for c, entry in self._update_ledger(record).items()]
+        append_atomically(self.directory / "rounds.csv", _csv_text(ROUND_COLUMNS, [row]))
+        append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows))
         self.rounds.append(row)
-        with open(self.directory / "rounds.csv", "a", newline="") as handle:
-            csv.DictWriter(handle, ROUND_COLUMNS).writerow(row)
-        with open(self.directory / "ledger.csv", "a", newline="") as handle:
-            writer = csv.DictWriter(handle, LEDGER_COLUMNS)
-            for client, entry in self._update_ledger(record).items():
-                writer.writerow({"round": record.server_round, "client": client, **entry})
+        checkpoint = {
+            "round": record.server_round,
+            "weights": weights,
+            "strategy": strategy_state,
+            "clients": {str(c): asdict(ledger) for c, ledger in self.clients.items()},
+            "seconds": row["seconds"],
+        }
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        write_atomically(self.directory / CHECKPOINT, buffer.getvalue())
         return row
 
     def _update_ledger(self, record: RoundRecord) -> dict[int, dict[str, Any]]:
@@ -144,17 +217,23 @@ class RunWriter:
         for client, ledger in self.clients.items():
             status, reason = "idle", ""
             if client in record.trained:
-                metrics = record.trained[client]
                 status = "trained"
-                ledger.epsilon, ledger.steps = metrics["epsilon"], int(metrics["steps"])
-                ledger.target_epsilon, ledger.sample_rate = metrics["target-epsilon"], metrics["sample-rate"]
-                ledger.noise = {k: metrics[k] for k in ("r", "noise_multiplier") if k in metrics}
-            elif client in record.refused:
-                status, reason = "refused", record.refused[client]
+                ledger.absorb(record.trained[client])
+            elif client in record.refused or client in record.failed:
+                refused = client in record.refused
+                status, reason = ("refused", record.refused[client]) if refused else ("failed", record.failed[client])
+                if client in record.reported:
+                    ledger.absorb(record.reported[client])
+                elif not refused:
+                    reason += " (the client reported no ledger: eps is the last it reported)"
+                ledger.refused_rounds += refused
+                ledger.failed_rounds += not refused
+            elif client in record.spent:
+                status = "spent"
+                reason = f"budget spent: eps {ledger.epsilon:.4f} of {ledger.target_epsilon:g} at delta={self.config.delta:g}"
                 ledger.refused_rounds += 1
-            elif client in record.failed:
-                status, reason = "failed", record.failed[client]
-                ledger.failed_rounds += 1
+            elif client in record.excluded:
+                status, reason = "excluded", "its setup failed (see its failed row); not sampled again"
             rows[client] = {
                 "status": status,
                 "epsilon": ledger.epsilon,
@@ -168,15 +247,22 @@ class RunWriter:
         return rows
 
     def save_weights(self, arrays: ArrayRecord) -> None:
-        temporary = self.directory / "model.pt.tmp"
-        torch.save(arrays.to_torch_state_dict(), temporary)
-        os.replace(temporary, self.directory / "model.pt")
+        self.save_weights_dict(arrays.to_torch_state_dict())
 
-    def finish(self, final_accuracy: float, final_loss: float, assumptions_hold: bool) -> dict[str, Any]:
-        """Write summary.json: final accuracy, rounds run and every client's privacy position."""
+    def save_weights_dict(self, weights: dict[str, torch.Tensor]) -> None:
+        buffer = io.BytesIO()
+        torch.save(weights, buffer)
+        write_atomically(self.directory / "model.pt", buffer.getvalue())
+
+    def finish(
+        self, final_accuracy: float, final_loss: float, assumptions_hold: bool, status: str = COMPLETED, reason: str = ""
+    ) -> dict[str, Any]:
+        """Write summary.json: the run's status, final accuracy, rounds run and every client's privacy position."""
         summary = {
-            "final_accuracy": final_accuracy,
-            "final_loss": final_loss,
+            "status": status,
+            "status_reason": reason,
+            "final_accuracy": _json_number(final_accuracy),
+            "final_loss": _json_number(final_loss),
             "rounds": len(self.rounds),
             "mechanism": self.config.mechanism,
             "delta": self.config.delta,
@@ -203,6 +289,37 @@ class RunWriter:
         return summary
 
 
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def read_checkpoint(directory: Path) -> dict[str, Any]:
+    """The run's last checkpoint; ValueError naming the folder when there is none or it is unreadable."""
+    path = directory / CHECKPOINT
+    if not path.is_file():
+        raise ValueError(
+            f"resume-from={str(directory)!r} holds no {CHECKPOINT}: give the folder of a run that completed at least one round"
+        )
+    try:
+        return dict(torch.load(path, map_location="cpu", weights_only=True))
+    except Exception as error:  # torch raises several types for a damaged file
+        raise ValueError(f"{path} cannot be read ({type(error).__name__}); the run cannot be resumed from it") from None
+
+
+def check_resumable(original: RunConfig, resumed: RunConfig) -> None:
+    """Refuse a resumed config that changes the data, the split, the model or the accounting: only the
+    keys in RESUMABLE_KEYS may differ. Raises ValueError naming the first changed key."""
+    before, after = original.to_run_config(), resumed.to_run_config()
+    for key in before:
+        if key not in RESUMABLE_KEYS and before[key] != after[key]:
+            raise ValueError(
+                f"{key}={after[key]!r} differs from the resumed run's {key}={before[key]!r}: a resumed run must keep "
+                f"every key that fixes its data, split, model and privacy accounting (only {sorted(RESUMABLE_KEYS)} "
+                "may change)"
+            )
+
+
 RUN_FILES = ("config.json", "summary.json", "model.pt")
 
 
@@ -225,7 +342,7 @@ def load_run(run_dir: str | Path) -> FinishedRun:
     for name in RUN_FILES:
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory}: missing {name}; is this a finished dirichlet-fl run folder?")
-    stored = json.loads((directory / "config.json").read_text())
+    stored = read_json(directory / "config.json")
     config = RunConfig.from_run_config(stored["run_config"])
     num_clients = int(stored["num_clients"])
     split = federated_split(config.split_spec(num_clients))
@@ -236,7 +353,7 @@ def load_run(run_dir: str | Path) -> FinishedRun:
         directory=directory,
         config=config,
         num_clients=num_clients,
-        summary=json.loads((directory / "summary.json").read_text()),
+        summary=read_json(directory / "summary.json"),
         model=model,
         data=split.data,
         train_parts=split.train_parts,

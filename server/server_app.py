@@ -1,23 +1,26 @@
 """The ServerApp: FedAvg over privately trained client updates, evaluated centrally each round.
 
 It builds the model, runs PrivateFedAvg for num-server-rounds (fewer if every client's budget is
-spent), evaluates the global model on the held-out test set each round, and writes the run's
-folder (server/results.py). It prints one line per round and, at the end, what the eps covers.
+spent, or no client can train), evaluates the global model on the held-out test set each round, and
+writes the run's folder (dirichlet_fl/runs.py) with a checkpoint after every round, from which
+`resume-from` continues a killed run. It prints one line per round, at the end what the eps covers,
+and last the run's status line (STATUS_LINE), which scripts/run.sh reads.
 """
 
 from __future__ import annotations
 
-from logging import INFO
+import math
+from logging import ERROR, INFO
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, Context
+from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import code_fingerprint
-from dirichlet_fl.runs import RoundRecord, RunWriter
+from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
+from dirichlet_fl.runs import COMPLETED, FAILED, RoundRecord, RunWriter
 from dirichlet_fl.task import build_run_model, evaluate, federated_split, initial_model, resolve_device
 from privacy.registry import covers
 from strategies.private_fedavg import PrivateFedAvg
@@ -54,37 +57,74 @@ def _round_line(config: RunConfig, row: dict[str, Any]) -> str:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run the federation and write results-dir/<run>/."""
+    """Run the federation and write results-dir/<run>/ (or continue the run in resume-from)."""
     config = RunConfig.from_run_config(context.run_config)
+    resolve_device(config.device)  # before any folder exists: a missing GPU leaves nothing behind
     strategy = PrivateFedAvg(
         seed=config.seed, fraction_train=config.fraction_train, fraction_evaluate=config.fraction_evaluate
     )
     num_clients = strategy.discover(grid, code_fingerprint(APP_DIR))
-    data = federated_split(config.split_spec(num_clients)).data
-    model = initial_model(config, data)
-    writer = RunWriter.create(config, num_clients, covers(config.mechanism))
     evaluate_fn = _central_evaluator(config, num_clients)
-    initial_arrays = ArrayRecord(model.state_dict())
-    start = evaluate_fn(0, initial_arrays)
+    writer, arrays, first_round = _start(config, num_clients, strategy)
     log(INFO, "dirichlet-fl: %s, %d clients, writing %s", config.mechanism, num_clients, writer.directory)
-    log(INFO, "round 0  accuracy %.4f  loss %.4f", start["accuracy"], start["loss"])
+    if first_round == 1:
+        start = evaluate_fn(0, arrays)
+        log(INFO, "round 0  accuracy %.4f  loss %.4f", start["accuracy"], start["loss"])
+    else:
+        log(INFO, "resuming after round %d of %d", first_round - 1, config.num_server_rounds)
 
     def on_round(record: RoundRecord, arrays: ArrayRecord) -> None:
-        log(INFO, "%s", _round_line(config, writer.record_round(record, arrays)))
+        log(INFO, "%s", _round_line(config, writer.record_round(record, arrays, strategy.state_dict())))
 
-    final_arrays = strategy.run(grid, initial_arrays, config.num_server_rounds, evaluate_fn, on_round)
-    writer.save_weights(final_arrays)
-    final = evaluate_fn(config.num_server_rounds, final_arrays)
-    summary = writer.finish(final["accuracy"], final["loss"], assumptions_hold=not config.allow_batch_norm)
+    train_config = ConfigRecord({RUN_DIR_KEY: str(writer.directory.resolve())})
+    rounds = range(first_round, config.num_server_rounds + 1)
+    try:
+        final_arrays, (status, reason) = strategy.run(
+            grid, arrays, rounds, train_config, evaluate_fn, on_round, config.max_idle_rounds
+        )
+        final = evaluate_fn(config.num_server_rounds, final_arrays)
+    except Exception as error:  # record the failure (every completed round stays on disk), then stop
+        _finish_failed(writer, config, one_line(error))
+        raise
+    summary = writer.finish(
+        final["accuracy"], final["loss"], assumptions_hold=not config.allow_batch_norm, status=status, reason=reason
+    )
     for line in _summary_lines(config, summary, writer.directory):
         log(INFO, "%s", line)
-    if config.audit:
+    if config.audit and status == COMPLETED:
         from dirichlet_fl.run_audit import audit_run
 
         report = audit_run(writer.directory)
         log(INFO, "audit: AUC %.3f, empirical eps >= %.3f vs claimed %.4f (delta=%g)%s; see %s/audit.json",
             report.auc, report.eps_lower_bound, report.claimed_eps, config.delta,
             "  VIOLATION" if report.violation else "", writer.directory)
+    log(INFO if status == COMPLETED else ERROR, "%s %s (%s); results in %s", STATUS_LINE, status, reason, writer.directory)
+
+
+STATUS_LINE = "dirichlet-fl run status:"
+"""The server's last line starts with this; scripts/run.sh reads the status from it (flwr run exits 0 anyway)."""
+
+
+def _start(config: RunConfig, num_clients: int, strategy: PrivateFedAvg) -> tuple[RunWriter, ArrayRecord, int]:
+    """A new run folder with the seeded initial model, or the resumed run's folder, strategy state and
+    checkpointed weights. Returns the writer, the global weights and the first round to run."""
+    if config.resume_from:
+        writer, checkpoint = RunWriter.resume(config, num_clients, covers(config.mechanism))
+        strategy.load_state_dict(checkpoint["strategy"])
+        return writer, ArrayRecord(checkpoint["weights"]), int(checkpoint["round"]) + 1
+    data = federated_split(config.split_spec(num_clients)).data
+    model = initial_model(config, data)
+    return RunWriter.create(config, num_clients, covers(config.mechanism)), ArrayRecord(model.state_dict()), 1
+
+
+def _finish_failed(writer: RunWriter, config: RunConfig, reason: str) -> None:
+    """summary.json with status failed, so that the folder says what happened; a full disk may prevent
+    even that, which is logged (the rows and the checkpoint of every completed round stay consistent)."""
+    try:
+        writer.finish(math.nan, math.nan, assumptions_hold=not config.allow_batch_norm, status=FAILED, reason=reason)
+    except OSError as error:
+        log(ERROR, "dirichlet-fl: cannot write %s/summary.json: %s", writer.directory, one_line(error))
+    log(ERROR, "%s %s (%s); results in %s", STATUS_LINE, FAILED, reason, writer.directory)
 
 
 def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) -> list[str]:

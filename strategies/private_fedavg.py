@@ -6,7 +6,16 @@ Differences from Flower's FedAvg, and why:
 - Each client's eps is recorded as reported; the round's privacy summary is the maximum over
   clients, never a weighted mean (a mean of eps guarantees nothing to anyone).
 - A client that reports it cannot afford another round, or refuses with BUDGET_EXHAUSTED, is not
-  sampled again; the run ends cleanly when no client can train.
+  sampled again (its rows say `spent`); a client whose setup failed (SETUP_FAILED: e.g. an unreachable
+  eps, a too small shard, a corrupt ledger file; nothing a new round changes) is taken out of sampling
+  with its reason recorded once. Refusing and failing clients carry their ledger summary in the
+  error's reason (dirichlet_fl.protocol.error_reason), which is recorded: eps is never under-stated.
+- Updates are averaged in partition-id order, not in arrival order, so that a seed fixes the global
+  weights bit for bit (a resumed run continues exactly).
+- The run ends `completed` when every client that can train has spent its budget, and
+  `stopped-no-client-can-train` when no client is left or none trained for max-idle-rounds rounds.
+- The strategy's state (spent and excluded clients, idle rounds) is keyed by partition id, so that a
+  checkpoint restores it in a new federation whose node ids differ.
 """
 
 from __future__ import annotations
@@ -14,15 +23,15 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable
-from typing import cast
+from typing import Any, cast
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from dirichlet_fl.protocol import BUDGET_EXHAUSTED, number
-from dirichlet_fl.runs import RoundRecord
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, number, parse_error_reason
+from dirichlet_fl.runs import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
 
 
 def seeded_sample(seed: int, purpose: str, server_round: int, ordered: list[int], population: int, fraction: float) -> list[int]:
@@ -45,7 +54,25 @@ class PrivateFedAvg(FedAvg):
         self.seed = seed
         self.partition_of: dict[int, int] = {}
         self.exhausted: set[int] = set()
+        """Partitions whose budget is spent: never sampled again."""
+        self.excluded: dict[int, str] = {}
+        """Partitions whose setup failed, with the reason: never sampled again."""
+        self.idle_rounds = 0
+        """Consecutive rounds in which no client trained."""
         self.current: RoundRecord | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps (sampling needs no RNG position: it is seeded per round)."""
+        return {
+            "exhausted": sorted(self.exhausted),
+            "excluded": {str(partition): reason for partition, reason in sorted(self.excluded.items())},
+            "idle_rounds": self.idle_rounds,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.exhausted = {int(partition) for partition in state["exhausted"]}
+        self.excluded = {int(partition): str(reason) for partition, reason in state["excluded"].items()}
+        self.idle_rounds = int(state["idle_rounds"])
 
     def discover(self, grid: Grid, code: str, timeout: float = 600.0) -> int:
         """Ask every node which partition it holds (a query message), so sampling can be seeded, and
@@ -81,13 +108,18 @@ class PrivateFedAvg(FedAvg):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        eligible = [node for node in self.partition_of if node not in self.exhausted]
+        eligible = [node for node, partition in self.partition_of.items() if partition not in self.unavailable]
         if not eligible:
             return []
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         nodes = self._sample(server_round, self.fraction_train, eligible, "train")
         return self._construct_messages(record, nodes, MessageType.TRAIN)
+
+    @property
+    def unavailable(self) -> set[int]:
+        """Partitions that are never sampled again: spent or excluded."""
+        return self.exhausted | set(self.excluded)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -102,42 +134,67 @@ class PrivateFedAvg(FedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Weighted average of the private updates; per-client eps kept, the max reported."""
+        """Weighted average of the private updates (in partition-id order); per-client eps kept, the max
+        reported; refusals and failures recorded with the ledgers they report."""
         valid, errors = self._check_and_log_replies(replies, is_train=True)
         record = self.current = RoundRecord(server_round)
         for reply in errors:
             partition = self.partition_of[reply.metadata.src_node_id]
+            text, ledger = parse_error_reason(reply.error.reason or "")
+            if ledger is not None:
+                record.reported[partition] = ledger
             if reply.error.code == BUDGET_EXHAUSTED:
-                record.refused[partition] = reply.error.reason or ""
-                self.exhausted.add(reply.metadata.src_node_id)
-            else:
-                record.failed[partition] = reply.error.reason or ""
+                record.refused[partition] = text
+                self.exhausted.add(partition)
+                continue
+            record.failed[partition] = text
+            if reply.error.code == SETUP_FAILED:
+                self.excluded[partition] = text
+        valid = sorted(valid, key=lambda reply: self.partition_of[reply.metadata.src_node_id])
         for reply in valid:
             metrics = {key: float(cast(float, value)) for key, value in reply.content.metric_records["metrics"].items()}
-            record.trained[int(metrics["partition-id"])] = metrics
+            partition = self.partition_of[reply.metadata.src_node_id]
+            record.trained[partition] = metrics
             if not metrics["can-continue"]:
-                self.exhausted.add(reply.metadata.src_node_id)
+                self.exhausted.add(partition)
+        record.spent = set(self.exhausted)
+        record.excluded = set(self.excluded)
+        self.idle_rounds = 0 if valid else self.idle_rounds + 1
         if not valid:
             return None, None
         arrays = aggregate_arrayrecords([reply.content for reply in valid], self.weighted_by_key)
         return arrays, MetricRecord({"train-loss": record.train_loss, "max-epsilon": record.max_epsilon})
 
+    def stop_reason(self, max_idle_rounds: int) -> tuple[str, str] | None:
+        """None while some client may still train; else the run's final status and why."""
+        available = set(self.partition_of.values()) - self.unavailable
+        if available and self.idle_rounds < max_idle_rounds:
+            return None
+        if not available and self.exhausted:
+            return COMPLETED, "every client that can train has spent its budget"
+        if not available:
+            return STOPPED_NO_CLIENT, "no client can train: every client's setup failed (reasons in ledger.csv)"
+        return STOPPED_NO_CLIENT, f"no client trained in {self.idle_rounds} consecutive rounds (reasons in ledger.csv)"
+
     def run(
         self,
         grid: Grid,
-        initial_arrays: ArrayRecord,
-        num_rounds: int,
+        arrays: ArrayRecord,
+        rounds: range,
+        train_config: ConfigRecord,
         evaluate_fn: Callable[[int, ArrayRecord], dict[str, float]],
         on_round: Callable[[RoundRecord, ArrayRecord], None],
+        max_idle_rounds: int,
         timeout: float = 3600.0,
-    ) -> ArrayRecord:
-        """The round loop: train, aggregate, evaluate centrally and on clients, report; stop early when
-        no client can train. Call discover() first. Returns the final global weights."""
-        arrays = initial_arrays
-        for server_round in range(1, num_rounds + 1):
-            messages = list(self.configure_train(server_round, arrays, ConfigRecord(), grid))
-            if not messages:
-                break
+    ) -> tuple[ArrayRecord, tuple[str, str]]:
+        """The round loop from `arrays` over `rounds`: train, aggregate, evaluate centrally and on
+        clients, report; stop early when no client can train (stop_reason). Call discover() first.
+        Returns the final global weights and the final status with its reason (runs.COMPLETED, ...)."""
+        for server_round in rounds:
+            reason = self.stop_reason(max_idle_rounds)
+            if reason is not None:
+                return arrays, reason
+            messages = list(self.configure_train(server_round, arrays, ConfigRecord(dict(train_config)), grid))
             replies = grid.send_and_receive(messages, timeout=timeout)
             new_arrays, _ = self.aggregate_train(server_round, replies)
             record = self.current or RoundRecord(server_round)
@@ -149,4 +206,7 @@ class PrivateFedAvg(FedAvg):
             record.federated = {k: float(cast(float, v)) for k, v in federated.items()} if federated is not None else {}
             record.central = evaluate_fn(server_round, arrays)
             on_round(record, arrays)
-        return arrays
+        reason = self.stop_reason(max_idle_rounds)
+        if reason is not None and reason[0] == STOPPED_NO_CLIENT:
+            return arrays, reason
+        return arrays, (COMPLETED, f"all {rounds.stop - 1} rounds run")

@@ -28,7 +28,7 @@ def test_each_round_is_on_disk_before_the_next(tmp_path) -> None:
     config = RunConfig(results_dir=str(tmp_path), run_name="run")
     writer = RunWriter.create(config, num_clients=2, covers="the outputs")
     first = RoundRecord(1, trained={0: trained(0, 0.5, 10), 1: trained(1, 0.4, 5)}, central={"accuracy": 0.5, "loss": 1.0})
-    writer.record_round(first, weights(1.0))
+    writer.record_round(first, weights(1.0), {})
     # a crash here leaves round 1 complete
     with open(tmp_path / "run" / "rounds.csv") as handle:
         rounds = list(csv.DictReader(handle))
@@ -39,7 +39,7 @@ def test_each_round_is_on_disk_before_the_next(tmp_path) -> None:
     assert json.loads((tmp_path / "run" / "config.json").read_text())["run_config"]["run-name"] == "run"
 
     second = RoundRecord(2, trained={0: trained(0, 0.9, 20)}, refused={1: "budget spent"}, central={"accuracy": 0.6})
-    writer.record_round(second, weights(2.0))
+    writer.record_round(second, weights(2.0), {})
     summary = writer.finish(0.6, 0.9, assumptions_hold=True)
     with open(tmp_path / "run" / "ledger.csv") as handle:
         ledger = [(row["round"], row["client"], row["status"], row["epsilon"]) for row in csv.DictReader(handle)]

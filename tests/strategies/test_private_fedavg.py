@@ -37,9 +37,9 @@ def test_sampling_depends_on_seed_and_round_not_on_node_ids() -> None:
 
 def test_spent_clients_are_not_sampled_and_an_empty_federation_stops() -> None:
     s = strategy(seed=0, fraction=1.0)
-    s.exhausted = {17, 5}
+    s.exhausted = {1, 3}
     assert sampled(s, 1) == [0, 2, 4, 5]
-    s.exhausted = set(s.partition_of)
+    s.exhausted = set(s.partition_of.values())
     assert list(s.configure_train(2, ArrayRecord(), ConfigRecord(), grid=None)) == []
 
 
@@ -79,9 +79,9 @@ def test_aggregate_train_tells_refusals_from_failures_and_stops_sampling_spent_c
     assert record.failed == {3: "client 3: training failed", 4: "client 4: unreachable eps"}
     assert np.allclose(arrays.to_torch_state_dict()["w"].numpy(), (100 * 1.0 + 300 * 3.0) / 400)  # weighted by num-examples
     assert metrics["max-epsilon"] == 0.1
-    spent = {s.partition_of[node] for node in s.exhausted}
-    assert spent == {1, 2}  # the one that cannot continue and the refusal, not the failures
-    assert sampled(s, 2) == [0, 3, 4, 5]
+    assert s.exhausted == {1, 2}  # the one that cannot continue and the refusal, not the failures
+    assert s.excluded == {4: "client 4: unreachable eps"}  # a setup failure: out of sampling, reason kept
+    assert sampled(s, 2) == [0, 3, 5]
 
 
 def test_aggregate_train_without_a_valid_reply_keeps_the_model() -> None:
