@@ -3,6 +3,7 @@ that survives a failure."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -118,3 +119,81 @@ def test_query_from_a_server_with_other_code_is_refused() -> None:
     reply = query(client_context(OVERRIDES), "0" * 64)
     assert reply.has_error() and reply.error.code == SETUP_FAILED
     assert "differs from the submitted app" in reply.error.reason
+
+
+def run_dir_message(arrays: ArrayRecord, server_round: int, run_dir) -> object:
+    message = train_message(arrays, server_round)
+    message.content["config"]["run-dir"] = str(run_dir)
+    return message
+
+
+def test_a_failure_after_partial_training_is_recorded_with_the_clients_true_eps(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 2 fails on its 3rd of 4 steps: the reply, the strategy, ledger.csv and summary.json all say
+    7 steps, with the eps an independent recomputation from (q, 7, r) gives; the durable ledger was
+    written ahead (the whole round composed) before the first step ran."""
+    import client.training
+    from dirichlet_fl.runs import RunWriter
+    from privacy.analysis import epsilon
+    from strategies.private_fedavg import PrivateFedAvg
+
+    context = client_context(OVERRIDES)
+    config = RunConfig.from_run_config(dict(context.run_config) | {"results-dir": str(tmp_path), "run-name": "run"})
+    writer = RunWriter.create(config, 2, "x")
+    strategy = PrivateFedAvg(seed=0, fraction_train=1.0, fraction_evaluate=0.0)
+    strategy.partition_of = {7: 0, 8: 1}
+    ledger_file = writer.directory / "ledgers" / "partition-0.json"
+    calls, seen = {"n": 0}, {}
+    original = client.training.poisson_sample
+
+    def failing_sample(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:  # round 2's first step: the write-ahead record is on disk
+            seen.update(json.loads(ledger_file.read_text()))
+        if calls["n"] == 7:
+            raise RuntimeError("device lost\n  at /some/where.py")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(client.training, "poisson_sample", failing_sample)
+    arrays = global_arrays(context)
+    for server_round in (1, 2):
+        reply = client_app.train(run_dir_message(arrays, server_round, writer.directory), context)
+        strategy.aggregate_train(server_round, [reply])
+        writer.record_round(strategy.current, arrays, strategy.state_dict())
+    assert reply.has_error() and reply.error.code == TRAINING_FAILED
+    assert reply.error.reason.startswith("client 0: training failed: RuntimeError: device lost at /some/where.py ledger={")
+    assert seen["complete"] is False and restore_mechanism(seen["mechanism"]).steps == 8  # planned: over, never under
+    summary = writer.finish(0.1, 2.3, assumptions_hold=True)
+    client0 = summary["clients"][0]
+    mechanism = restore_mechanism(json.loads(ledger_file.read_text())["mechanism"])
+    reference = epsilon(client0["r"], 3.0, client0["sample_rate"], 7, 1e-5).epsilon
+    assert client0["steps"] == mechanism.steps == 7 and client0["failed_rounds"] == 1
+    assert client0["epsilon"] == mechanism.epsilon(1e-5) == pytest.approx(reference, rel=1e-12)
+    with open(writer.directory / "ledger.csv") as handle:
+        last = [row for row in csv.DictReader(handle) if row["round"] == "2" and row["client"] == "0"][0]
+    assert (last["status"], last["steps"], float(last["epsilon"])) == ("failed", "7", client0["epsilon"])
+    assert last["reason"] == "client 0: training failed: RuntimeError: device lost at /some/where.py"
+
+
+def test_a_corrupt_ledger_file_is_a_setup_failure_naming_the_file(tmp_path) -> None:
+    ledger_file = tmp_path / "ledgers" / "partition-0.json"
+    ledger_file.parent.mkdir()
+    ledger_file.write_text("{truncated")
+    context = client_context(OVERRIDES)
+    reply = client_app.train(run_dir_message(global_arrays(context), 1, tmp_path), context)
+    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert str(ledger_file) in reply.error.reason and "\n" not in reply.error.reason
+    assert ledger_file.read_text() == "{truncated"
+
+
+def test_a_ledger_dir_in_the_node_config_wins_and_survives_a_new_process(tmp_path) -> None:
+    context = client_context(OVERRIDES)
+    context.node_config["ledger-dir"] = str(tmp_path / "site")
+    arrays = global_arrays(context)
+    client_app.train(run_dir_message(arrays, 1, tmp_path / "run"), context)
+    fresh = client_context(OVERRIDES)  # a restarted node: empty state, same ledger-dir
+    fresh.node_config["ledger-dir"] = str(tmp_path / "site")
+    metrics = client_app.train(run_dir_message(arrays, 2, tmp_path / "run"), fresh).content["metrics"]
+    assert metrics["steps"] == 8
+    assert not (tmp_path / "run").exists()

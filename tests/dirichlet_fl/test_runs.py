@@ -64,3 +64,60 @@ def test_clients_that_never_trained_report_zero_and_no_rate(tmp_path) -> None:
     summary = writer.finish(0.1, 2.3, assumptions_hold=False)
     assert summary["clients"][0]["epsilon"] == 0.0 and summary["clients"][0]["sample_rate"] is None
     assert summary["accountant_assumptions_hold"] is False
+
+
+def test_resume_cuts_rows_past_the_checkpoint_and_restores_every_ledger(tmp_path) -> None:
+    config = RunConfig(results_dir=str(tmp_path), run_name="run")
+    writer = RunWriter.create(config, num_clients=2, covers="x")
+    writer.record_round(RoundRecord(1, trained={0: trained(0, 0.5, 10)}), weights(1.0), {"exhausted": [1]})
+    with open(tmp_path / "run" / "rounds.csv", "a") as handle:  # a kill after round 2's rows, before its checkpoint
+        handle.write("2,0.5,1.0,,,1.0,1,0,0,0.6,3.0\n")
+    resumed = RunConfig(results_dir=str(tmp_path), resume_from=str(tmp_path / "run"), device="cpu")
+    again, checkpoint = RunWriter.resume(resumed, 2, "x")
+    assert checkpoint["round"] == 1 and checkpoint["strategy"] == {"exhausted": [1]}
+    assert torch.equal(checkpoint["weights"]["w"], torch.full((2,), 1.0))
+    assert [row["round"] for row in again.rounds] == ["1"]
+    with open(tmp_path / "run" / "rounds.csv") as handle:
+        assert [row["round"] for row in csv.DictReader(handle)] == ["1"]
+    assert again.clients[0].epsilon == 0.5 and again.clients[0].steps == 10
+
+
+@pytest.mark.parametrize(("key", "value"), [("batch_size", 16), ("mechanism", "dpsgd"), ("partitioner", "iid"),
+                                            ("seed", 1), ("dataset", "mnist"), ("num_server_rounds", 20)])
+def test_resume_refuses_a_config_that_changes_the_accounting(tmp_path, key: str, value) -> None:
+    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), 1, "x")
+    writer.record_round(RoundRecord(1), weights(1.0), {})
+    changed = RunConfig(**{key: value, "resume_from": str(tmp_path / "run")})
+    with pytest.raises(ValueError, match=f"^{key.replace('_', '-')}="):
+        RunWriter.resume(changed, 1, "x")
+
+
+def test_resume_without_a_checkpoint_or_with_a_corrupt_config_names_the_file(tmp_path) -> None:
+    RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), 1, "x")
+    with pytest.raises(ValueError, match="checkpoint.pt"):
+        RunWriter.resume(RunConfig(resume_from=str(tmp_path / "run")), 1, "x")
+    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="two"), 1, "x")
+    writer.record_round(RoundRecord(1), weights(1.0), {})
+    (tmp_path / "two" / "config.json").write_text("{\n")
+    with pytest.raises(ValueError, match="config.json is corrupt"):
+        RunWriter.resume(RunConfig(resume_from=str(tmp_path / "two")), 1, "x")
+
+
+def test_a_failed_append_leaves_no_partial_row(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), 1, "x")
+    before = (tmp_path / "run" / "rounds.csv").read_text()
+    import dirichlet_fl.files
+
+    fsync, calls = dirichlet_fl.files.os.fsync, []
+
+    def full_disk_after_the_weights(descriptor: int) -> None:
+        calls.append(descriptor)
+        if len(calls) == 3:  # model.pt and its folder are synced; the append of the round's row fails
+            raise OSError(28, "No space left on device")
+        fsync(descriptor)
+
+    monkeypatch.setattr(dirichlet_fl.files.os, "fsync", full_disk_after_the_weights)
+    with pytest.raises(OSError, match="No space"):
+        writer.record_round(RoundRecord(1), weights(1.0), {})
+    assert (tmp_path / "run" / "rounds.csv").read_text() == before
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.json", "ledger.csv", "model.pt", "rounds.csv"]

@@ -1,0 +1,40 @@
+"""The durable ledger file: atomic, private, never silently reset."""
+
+from __future__ import annotations
+
+import pytest
+
+from client.ledger_store import LedgerFileError, LedgerStore
+
+
+def test_save_then_load_round_trips_with_mode_0600(tmp_path) -> None:
+    store = LedgerStore(tmp_path / "ledgers" / "partition-0.json")
+    assert store.load() is None
+    store.save({"mechanism": {"steps": 7}, "round": 2})
+    assert store.load() == {"mechanism": {"steps": 7}, "round": 2}
+    assert store.path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in store.path.parent.iterdir()] == ["partition-0.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b"\xff\xfe"])
+def test_a_corrupt_file_raises_naming_the_file(tmp_path, content: bytes) -> None:
+    path = tmp_path / "partition-1.json"
+    path.write_bytes(content)
+    with pytest.raises(LedgerFileError, match="partition-1.json") as raised:
+        LedgerStore(path).load()
+    assert isinstance(raised.value, ValueError) and "\n" not in str(raised.value)
+    assert path.read_bytes() == content  # left for a person to restore, not overwritten
+
+
+def test_a_failed_save_leaves_the_old_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = LedgerStore(tmp_path / "partition-0.json")
+    store.save({"steps": 1})
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("dirichlet_fl.files.os.fsync", full_disk)
+    with pytest.raises(OSError):
+        store.save({"steps": 2})
+    assert store.load() == {"steps": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["partition-0.json"]

@@ -1,0 +1,117 @@
+"""Faults end to end on Flower's simulation engine: a server killed between rounds and resumed ends
+exactly where an uninterrupted run ends; every file parses after the kill."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dirichlet_fl.simulation import APP_DIR, simulate
+
+TINY = {
+    "num-server-rounds": 6, "local-steps": 2, "partitioner": "iid", "learning-rate": 0.5, "fraction-train": 0.67,
+    "fraction-evaluate": 0.0, "calibration-rounds": 3, "client-epsilons": "1,2,4", "seed": 3,
+}
+CLIENTS = 3
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def session_processes(session: int) -> list[int]:
+    """Every live process of a session (a killed driver's Ray leftovers included)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session and fields[0] != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+def kill_session(session: int) -> None:
+    """SIGKILL every process of the session, by PID, and wait until they are gone."""
+    for _ in range(50):
+        pids = session_processes(session)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+    raise AssertionError(f"processes {session_processes(session)} survived SIGKILL")
+
+
+def start_killed_after(round_: int, overrides: dict) -> subprocess.Popen:
+    """The simulation in a new session, its server SIGKILLed right after round `round_`'s checkpoint."""
+    command = [sys.executable, "-m", "tests.kill_after_round", json.dumps(overrides), str(CLIENTS), str(round_)]
+    return subprocess.Popen(command, cwd=APP_DIR, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """An uninterrupted run, and the same run killed after round 3 then resumed (the killed run goes
+    in a second process while the uninterrupted one runs here: most of a simulation is start-up)."""
+    folder = tmp_path_factory.mktemp("faults")
+    process = start_killed_after(3, TINY | {"results-dir": str(folder), "run-name": "killed"})
+    try:
+        simulate(TINY | {"results-dir": str(folder), "run-name": "whole"}, CLIENTS)
+        assert process.wait(timeout=300) == -signal.SIGKILL
+    finally:
+        process.kill()
+        kill_session(process.pid)
+    assert not (folder / "killed" / "summary.json").exists()
+    assert [row["round"] for row in rows(folder / "killed" / "rounds.csv")] == ["1", "2", "3"]
+    simulate(TINY | {"results-dir": str(folder), "resume-from": str(folder / "killed")}, CLIENTS)
+    return folder / "whole", folder / "killed"
+
+
+def test_a_resumed_run_ends_with_the_same_ledgers_refusals_and_weights(runs: tuple[Path, Path]) -> None:
+    whole, resumed = runs
+    first, second = (json.loads((run / "summary.json").read_text()) for run in runs)
+    assert first["status"] == second["status"] == "completed"
+    assert first["clients"] == second["clients"]
+    assert any(client["refused_rounds"] for client in first["clients"])  # budgets ran out: refusals recorded
+
+    def ledger(run: Path) -> list[tuple[str, ...]]:
+        return [(r["round"], r["client"], r["status"], r["epsilon"], r["steps"], r["reason"]) for r in rows(run / "ledger.csv")]
+
+    assert ledger(whole) == ledger(resumed)
+    assert "spent" in {row[2] for row in ledger(whole)}
+    columns = ("round", "trained", "refused", "failed", "max_epsilon", "central_accuracy", "central_loss")
+    assert [[r[c] for c in columns] for r in rows(whole / "rounds.csv")] == [
+        [r[c] for c in columns] for r in rows(resumed / "rounds.csv")
+    ]
+    # bit for bit: updates are averaged in partition order, each client's randomness is seeded per round
+    a, b = (torch.load(run / "model.pt", weights_only=True) for run in runs)
+    assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+def test_each_clients_durable_ledger_equals_the_summary(runs: tuple[Path, Path]) -> None:
+    from privacy.registry import restore_mechanism
+
+    _, resumed = runs
+    summary = json.loads((resumed / "summary.json").read_text())
+    for client in summary["clients"]:
+        stored = json.loads((resumed / "ledgers" / f"partition-{client['id']}.json").read_text())
+        assert stored["complete"] is True
+        mechanism = restore_mechanism(stored["mechanism"])
+        assert (mechanism.steps, mechanism.epsilon(1e-5)) == (client["steps"], client["epsilon"])
+        assert oct((resumed / "ledgers" / f"partition-{client['id']}.json").stat().st_mode & 0o777) == "0o600"
