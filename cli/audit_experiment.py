@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     out = Path(args.out or f"results/audit-experiment-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
+        config.validate_flags()
         config.validate(len(load_experiment_data(config.dataset, config.data_root).train_y))
     except (OSError, ValueError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)

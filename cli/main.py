@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import audit, audit_experiment, bench, calibrate, partition
+from cli import audit, audit_experiment, bench, calibrate, check, partition
 
-COMMANDS = (calibrate, partition, audit, audit_experiment, bench)
+COMMANDS = (calibrate, partition, audit, audit_experiment, bench, check)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from privacy.analysis import PAPER_DELTA
+from privacy.checks import check_in_open_interval, check_integer, check_positive
 from privacy.registry import MECHANISMS
 
 
@@ -31,8 +32,28 @@ class ExperimentConfig:
     mechanisms: tuple[str, ...] = tuple(MECHANISMS)
     workers: int = 2
 
+    def validate_flags(self) -> None:
+        """Raise ValueError naming the flag when a value is out of range (before any data is loaded)."""
+        check_positive("--epsilon", self.epsilon)
+        check_in_open_interval("--delta", self.delta, 0.0, 1.0)
+        check_positive("--alpha", self.alpha)
+        check_in_open_interval("--sample-rate", self.sample_rate, 0.0, 1.0)
+        check_integer("--steps", self.steps, 1)
+        check_integer("--workers", self.workers, 1)
+        check_positive("--learning-rate", self.learning_rate)
+        check_positive("--dpsgd-learning-rate", self.dpsgd_learning_rate)
+        check_positive("--max-grad-norm", self.max_grad_norm)
+        if not self.seeds:
+            raise ValueError("--seeds=0 is out of range: it must be >= 1")
+        if self.candidates < 8:
+            raise ValueError(f"--candidates={self.candidates} is out of range: it must be >= 8")
+        unknown = [name for name in self.mechanisms if name not in MECHANISMS]
+        if unknown or not self.mechanisms:
+            raise ValueError(f"--mechanisms has unknown {unknown}; valid: {', '.join(MECHANISMS)}")
+
     def validate(self, num_train: int) -> None:
         """Raise ValueError naming the flag when the split or the plan is impossible."""
+        self.validate_flags()
         if self.candidates < 8:
             raise ValueError(f"--candidates={self.candidates} is out of range: it must be >= 8")
         needed = self.candidates + self.candidates // 2 + self.extra_train

@@ -54,6 +54,8 @@ def _check(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} is out of range: it must be >= 1")
     if args.warmup < 0 or args.threads < 0:
         raise ValueError("--warmup and --threads must be >= 0")
+    if args.device != "cpu" and not args.device.startswith("cuda"):
+        raise ValueError(f"--device={args.device!r} is invalid: use cpu, cuda or cuda:N")
 
 
 def _mechanisms(batch_size: int) -> dict[str, Mechanism]:

@@ -1,0 +1,120 @@
+"""Pre-flight: everything about a run that can be checked before Ray and the SuperLink start.
+
+`scripts/run.sh` runs it (as `dirichlet-fl check`) before `flwr run`, so that a bad value stops the
+run within seconds, as one line naming the key, with no folder written and no process left behind.
+It reads --run-config exactly as `flwr run` does (flwr.common.config, pyproject defaults fused with
+the overrides), but names what flwr would drop or reject silently: a key with an empty value, text
+that is no KEY=VALUE pair, an unquoted string, an unknown key. Then it validates the typed RunConfig
+and checks what a client would only find out later: the device, the results folder, the data files,
+every client's shard against batch-size, client-epsilons against the number of clients, and whether
+every client's target eps lies above the floor of Theorem 10 (privacy.analysis.epsilon_floor) for its
+sampling rate and planned steps; and for resume-from, a checkpoint and an unchanged accounting.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import tomli
+from flwr.common.config import flatten_dict, get_fused_config_from_dir, get_project_config, parse_config_args
+
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.runs import check_resumable, read_checkpoint, read_json
+from dirichlet_fl.task import federated_split, mechanism_spec, resolve_device
+from privacy.analysis import UnreachableEpsilonError, epsilon_floor
+
+PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
+"""flwr.common.config.parse_config_args's own pattern for one KEY=VALUE pair."""
+
+
+def parse_overrides(lines: list[str], app_dir: Path) -> dict[str, Any]:
+    """--run-config arguments as `flwr run` reads them; ValueError naming what it would drop or reject."""
+    if len(lines) == 1 and lines[0].endswith(".toml"):
+        overrides = parse_config_args(lines)
+    else:
+        for line in lines:
+            for token in PAIR.sub(" ", line).split():
+                if token.endswith("="):
+                    key = token.rstrip("=")
+                    raise ValueError(f"{key}= has no value (flwr would drop it silently): give one, e.g. {key}=1.0")
+                raise ValueError(f"--run-config: cannot read {token!r}: write KEY=VALUE pairs separated by spaces")
+            for key, value in PAIR.findall(line):
+                try:
+                    tomli.loads(f"{key} = {value}")
+                except tomli.TOMLDecodeError:
+                    raise ValueError(
+                        f"{key}={value} is invalid: a value is a number, true/false or a quoted string, e.g. {key}='{value}'"
+                    ) from None
+        overrides = parse_config_args(lines)
+    known = set(flatten_dict(get_project_config(app_dir)["tool"]["flwr"]["app"]["config"]))
+    for key in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; valid keys: {', '.join(sorted(known))}"
+            raise ValueError(f"{key} is not a run-config key{hint}")
+    return overrides
+
+
+def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
+    """Check a run before it starts (see the module docstring); raises ValueError, FileNotFoundError or
+    OSError with one line naming the key. Returns what was checked, one line each."""
+    config = RunConfig.from_run_config(get_fused_config_from_dir(app_dir, parse_overrides(lines, app_dir)))
+    if num_clients < 1:
+        raise ValueError(f"num-supernodes={num_clients} (NUM_CLIENTS) is out of range: a federation needs at least 1 client")
+    config.target_epsilon_for(0, num_clients)  # client-epsilons: one entry per client
+    device = resolve_device(config.device)
+    _check_writable(Path(config.results_dir))
+    if config.resume_from:
+        directory = Path(config.resume_from)
+        read_checkpoint(directory)
+        stored = read_json(directory / "config.json")
+        check_resumable(RunConfig.from_run_config(stored["run_config"]), config)
+        if int(stored["num_clients"]) != num_clients:
+            raise ValueError(f"resume-from={config.resume_from!r}: the run had {stored['num_clients']} clients, not {num_clients}")
+    try:
+        split = federated_split(config.split_spec(num_clients))
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"data-root={config.data_root!r}: {error}") from None
+    sizes = [len(part) for part in split.train_parts]
+    floors = [_check_budget(config, client, size, num_clients) for client, size in enumerate(sizes)]
+    lines_out = [
+        f"run config: {config.mechanism}, {config.dataset}, {config.num_server_rounds} rounds, device {device}",
+        f"data: {num_clients} shards of {min(sizes)}..{max(sizes)} training examples (batch-size {config.batch_size})",
+        f"results: {Path(config.results_dir).resolve()} is writable"
+        + (f"; resuming {config.resume_from}" if config.resume_from else ""),
+    ]
+    if config.mechanism == "dirichlet":
+        worst = max(range(num_clients), key=lambda c: floors[c] / config.target_epsilon_for(c, num_clients))
+        lines_out.append(
+            f"budgets: every client's eps is reachable (closest: client {worst}, floor {floors[worst]:.4g} "
+            f"below its target {config.target_epsilon_for(worst, num_clients):g})"
+        )
+    return lines_out
+
+
+def _check_budget(config: RunConfig, client: int, size: int, num_clients: int) -> float:
+    """The client's floor eps; raises naming the key when its shard or its target cannot work."""
+    target = config.target_epsilon_for(client, num_clients)
+    spec = mechanism_spec(config, client, size, target)
+    if config.mechanism != "dirichlet":
+        return 0.0
+    floor = epsilon_floor(spec.sample_rate, spec.planned_steps, config.delta)
+    if floor.epsilon >= target:
+        key = f"client-epsilons[{client}]" if config.client_epsilons.strip() else "target-epsilon"
+        error = UnreachableEpsilonError(target, floor, spec.sample_rate, spec.planned_steps, config.delta)
+        raise ValueError(f"{key}: client {client} ({size} examples): {error}")
+    return floor.epsilon
+
+
+def _check_writable(results_dir: Path) -> None:
+    """results-dir exists (or can be made) and takes a file; the run's own folder is not created here."""
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=results_dir):
+            pass
+    except OSError as error:
+        raise OSError(f"results-dir={str(results_dir)!r} is not writable ({error.strerror or error}); choose another folder") from None
