@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -115,3 +116,49 @@ def test_each_clients_durable_ledger_equals_the_summary(runs: tuple[Path, Path])
         mechanism = restore_mechanism(stored["mechanism"])
         assert (mechanism.steps, mechanism.epsilon(1e-5)) == (client["steps"], client["epsilon"])
         assert oct((resumed / "ledgers" / f"partition-{client['id']}.json").stat().st_mode & 0o777) == "0o600"
+
+
+def client_actors() -> list[int]:
+    """PIDs of this test session's Ray client actors (Ray's processes stay in the session that started them)."""
+    actors = []
+    for pid in session_processes(os.getsid(0)):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::ClientAppActor"):
+                actors.append(pid)
+        except OSError:
+            continue
+    return actors
+
+
+def test_a_client_actor_killed_mid_run_is_recorded_and_every_file_parses(tmp_path: Path) -> None:
+    """SIGKILL one of Ray's client actors after round 1: the failures are recorded (eps never below what
+    was reported), the run completes with the remaining actors or stops, and every file parses."""
+    folder = tmp_path / "actor"
+    killed: list[int] = []
+
+    def kill_one_actor() -> None:
+        deadline = time.monotonic() + 300
+        while not (folder / "checkpoint.pt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        actors = client_actors()
+        if actors:
+            os.kill(actors[0], signal.SIGKILL)
+            killed.append(actors[0])
+
+    watcher = threading.Thread(target=kill_one_actor, daemon=True)
+    watcher.start()
+    simulate(TINY | {"num-server-rounds": 4, "fraction-train": 1.0, "results-dir": str(tmp_path), "run-name": "actor"},
+             CLIENTS)
+    watcher.join(timeout=5)
+    assert killed
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] in ("completed", "stopped-no-client-can-train")
+    rounds, ledger = rows(folder / "rounds.csv"), rows(folder / "ledger.csv")
+    assert [int(row["round"]) for row in rounds] == list(range(1, summary["rounds"] + 1))
+    assert len(ledger) == CLIENTS * len(rounds)
+    for client in summary["clients"]:
+        mine = [row for row in ledger if int(row["client"]) == client["id"]]
+        assert [float(row["epsilon"]) for row in mine] == sorted(float(row["epsilon"]) for row in mine)
+        assert client["failed_rounds"] == sum(row["status"] == "failed" for row in mine)
+        assert client["epsilon"] == float(mine[-1]["epsilon"])
+    assert torch.load(folder / "checkpoint.pt", weights_only=True)["round"] == summary["rounds"]
