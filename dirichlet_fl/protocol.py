@@ -50,19 +50,28 @@ def error_reason(text: str, ledger: Metrics | None) -> str:
     return f"{line}{LEDGER_MARK}{json.dumps(summary, sort_keys=True, allow_nan=False)}"
 
 
+REASON_LIMIT = 300
+"""The most characters of a reason kept in the records (Flower's own reasons can run to a traceback)."""
+
+
 def parse_error_reason(reason: str) -> tuple[str, dict[str, float] | None]:
     """(the human line, the ledger summary or None) of an error_reason(); null reads back as +inf.
-    A reason without a well-formed summary (e.g. from Flower itself) is all text."""
+    A reason without a well-formed summary (e.g. Flower's own, for a dead actor) is all text, cut to
+    one line of at most REASON_LIMIT characters."""
     text, mark, tail = reason.rpartition(LEDGER_MARK)
-    if not mark:
-        return reason, None
-    try:
-        summary = json.loads(tail)
-    except json.JSONDecodeError:
-        return reason, None
+    summary = None
+    if mark:
+        try:
+            summary = json.loads(tail)
+        except json.JSONDecodeError:
+            summary = None
     if not isinstance(summary, dict):
-        return reason, None
-    return text, {key: math.inf if value is None else float(value) for key, value in summary.items()}
+        text, summary = reason, None
+    line = " ".join(text.split())
+    line = line if len(line) <= REASON_LIMIT else line[: REASON_LIMIT - 3] + "..."
+    if summary is None:
+        return line, None
+    return line, {key: math.inf if value is None else float(value) for key, value in summary.items()}
 
 
 def arrays_of(content: RecordDict, key: str = "arrays") -> ArrayRecord:

@@ -65,7 +65,11 @@ def main(grid: Grid, context: Context) -> None:
     )
     num_clients = strategy.discover(grid, code_fingerprint(APP_DIR))
     evaluate_fn = _central_evaluator(config, num_clients)
-    writer, arrays, first_round = _start(config, num_clients, strategy)
+    try:
+        writer, arrays, first_round = _start(config, num_clients, strategy)
+    except OSError as error:  # a read-only or full results-dir: one line, nothing half written
+        log(ERROR, "%s %s (cannot write the run folder: %s)", STATUS_LINE, FAILED, one_line(error))
+        return
     log(INFO, "dirichlet-fl: %s, %d clients, writing %s", config.mechanism, num_clients, writer.directory)
     if first_round == 1:
         start = evaluate_fn(0, arrays)
@@ -83,6 +87,9 @@ def main(grid: Grid, context: Context) -> None:
             grid, arrays, rounds, train_config, evaluate_fn, on_round, config.max_idle_rounds
         )
         final = evaluate_fn(config.num_server_rounds, final_arrays)
+    except OSError as error:  # a full disk, a folder made read-only: one line, no traceback
+        _finish_failed(writer, config, one_line(error))
+        return
     except Exception as error:  # record the failure (every completed round stays on disk), then stop
         _finish_failed(writer, config, one_line(error))
         raise

@@ -156,6 +156,7 @@ def test_a_client_actor_killed_mid_run_is_recorded_and_every_file_parses(tmp_pat
     rounds, ledger = rows(folder / "rounds.csv"), rows(folder / "ledger.csv")
     assert [int(row["round"]) for row in rounds] == list(range(1, summary["rounds"] + 1))
     assert len(ledger) == CLIENTS * len(rounds)
+    assert all("\n" not in row["reason"] for row in ledger)  # Flower's multi-line reason, cut to one line
     for client in summary["clients"]:
         mine = [row for row in ledger if int(row["client"]) == client["id"]]
         assert [float(row["epsilon"]) for row in mine] == sorted(float(row["epsilon"]) for row in mine)

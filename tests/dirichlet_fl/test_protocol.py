@@ -27,6 +27,12 @@ def test_a_reason_without_a_summary_is_all_text() -> None:
     assert error_reason("two\nlines  here", None) == "two lines here"
 
 
+def test_a_foreign_multi_line_reason_becomes_one_short_line() -> None:
+    text, ledger = parse_error_reason("ActorDiedError: the actor died\n\tclass_name: ClientAppActor\n" + "x" * 1000)
+    assert ledger is None and "\n" not in text and len(text) == 300
+    assert text.startswith("ActorDiedError: the actor died class_name: ClientAppActor x")
+
+
 def test_one_line_has_the_class_and_message_and_no_traceback() -> None:
     try:
         raise RuntimeError("CUDA error:\n  out of memory\n")
