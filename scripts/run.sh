@@ -30,7 +30,7 @@ set +e
 (cd "$FLWR_HOME" && "$ROOT/.venv/bin/flwr" run "$ROOT" --stream "${ARGS[@]}") 2>&1 | tee "$LOG"
 FLWR_RC="${PIPESTATUS[0]}"
 set -e
-STATUS="$(grep -o 'dirichlet-fl run status: [a-z-]*' "$LOG" | tail -n 1 | sed 's/.*: //')"
+STATUS="$(grep -o 'dirichlet-fl run status: [a-z-]*' "$LOG" | tail -n 1 | sed 's/.*: //' || true)"
 case "$STATUS" in
   completed) [ "$FLWR_RC" -eq 0 ] && ! grep -q 'Exit Code: [1-9]' "$LOG" && exit 0 ;;
   stopped-no-client-can-train) echo "run.sh: the run stopped: no client could train (see its ledger.csv)" >&2; exit 3 ;;
