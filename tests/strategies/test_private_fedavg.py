@@ -88,3 +88,29 @@ def test_aggregate_train_without_a_valid_reply_keeps_the_model() -> None:
     s = strategy(seed=0, fraction=1.0)
     message = next(iter(s.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)))
     assert s.aggregate_train(1, [Message(Error(TRAINING_FAILED, "x"), reply_to=message)]) == (None, None)
+
+
+def test_state_survives_a_new_federation_with_other_node_ids() -> None:
+    s = strategy(seed=0, fraction=1.0)
+    s.exhausted, s.excluded, s.idle_rounds = {1}, {4: "client 4: unreachable eps"}, 1
+    fresh = strategy(seed=0, fraction=1.0)
+    fresh.partition_of = {node + 100: partition for node, partition in s.partition_of.items()}
+    fresh.load_state_dict(s.state_dict())
+    assert (fresh.exhausted, fresh.excluded, fresh.idle_rounds) == ({1}, {4: "client 4: unreachable eps"}, 1)
+    assert sampled(fresh, 1) == [0, 2, 3, 5]
+
+
+def test_the_run_stops_when_no_client_can_train() -> None:
+    s = strategy(seed=0, fraction=1.0)
+    assert s.stop_reason(max_idle_rounds=2) is None
+    message = next(iter(s.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)))
+    for server_round in (1, 2):
+        s.aggregate_train(server_round, [Message(Error(TRAINING_FAILED, "x"), reply_to=message)])
+    assert s.stop_reason(max_idle_rounds=3) is None
+    assert s.stop_reason(max_idle_rounds=2) == ("stopped-no-client-can-train",
+                                                "no client trained in 2 consecutive rounds (reasons in ledger.csv)")
+    s.exhausted, s.excluded, s.idle_rounds = {0, 1, 2}, {3: "a", 4: "b", 5: "c"}, 0
+    assert s.stop_reason(max_idle_rounds=2)[0] == "completed"  # budgets spent: the run did its job
+    s.exhausted = set()
+    s.excluded = dict.fromkeys(range(6), "setup failed")
+    assert s.stop_reason(max_idle_rounds=2)[0] == "stopped-no-client-can-train"
