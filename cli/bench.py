@@ -3,6 +3,7 @@
   steps       one training step: plain cross-entropy vs the Dirichlet loss vs Opacus DP-SGD
   accountant  one r* solve (calibrate_r) over the paper's settings, vs a plain loop over orders
   simulation  a default federated run on Flower + Ray vs the same arithmetic in a plain loop
+  scale       10 to 2,000 clients, a fixed 10 sampled per round: seconds per round, start-up, memory
   accuracy    accuracy vs eps on MNIST digits: none / Dirichlet / DP-SGD, IID, non-IID, centralized
   gpu         seconds per epoch of the paper's CIFAR10 ResNet-18 setting (needs a GPU; --synthetic to smoke-test)
 
@@ -64,6 +65,22 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
                              "pyproject defaults)")
 
 
+def _scale_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `bench scale`."""
+    parser.add_argument("--populations", default="10,100,1000",
+                        help="comma-separated numbers of clients (default 10,100,1000; MNIST t10k allows up to 2000)")
+    parser.add_argument("--sampled", type=int, default=10, help="clients sampled per round (default 10)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per run (default 3)")
+    parser.add_argument("--local-steps", type=int, default=5, help="local steps per sampled client (default 5)")
+    parser.add_argument("--batch-size", type=int, default=2,
+                        help="expected batch size (default 2: below the 4 examples each of 2,000 clients holds)")
+    parser.add_argument("--data-root", default="data/mnist-t10k", help="folder with MNIST's t10k IDX files")
+    parser.add_argument("--ray-worker-niceness", type=int, default=0, help="niceness of Ray's workers (default 0)")
+    parser.add_argument("--profile-linkstate", action="store_true",
+                        help="also time one sweep of Flower's simulation message extractor per population")
+    parser.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'", help="further run-config overrides")
+
+
 def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     from sims import accuracy_vs_epsilon
 
@@ -116,6 +133,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "steps": ("time one training step per mechanism", _steps_options),
     "accountant": ("time one r* solve", _accountant_options),
     "simulation": ("Flower + Ray against a plain loop: start-up, per round, memory", _simulation_options),
+    "scale": ("seconds per round, start-up and memory against the number of clients", _scale_options),
     "accuracy": ("accuracy against eps, federated and centralized", _accuracy_options),
     "gpu": ("seconds per epoch, CIFAR10 ResNet-18, Dirichlet vs DP-SGD", _gpu_options),
 }
@@ -129,6 +147,8 @@ def _module(name: str) -> ModuleType:
         from sims import bench_accountant as module
     elif name == "simulation":
         from sims import bench_simulation as module
+    elif name == "scale":
+        from sims import bench_scale as module
     elif name == "accuracy":
         from sims import accuracy_vs_epsilon as module
     else:

@@ -31,7 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--num-clients", type=int, default=10)
     parser.add_argument("--partitioner", choices=PARTITIONERS, default="iid")
     parser.add_argument("--beta", type=float, default=0.5, help="Dirichlet concentration (dirichlet)")
-    parser.add_argument("--min-partition-size", type=int, default=10, help="fewest examples per client (dirichlet)")
+    parser.add_argument("--min-partition-size", type=int, default=1,
+                        help="fewest examples per client (dirichlet; default 1, what a run uses)")
     parser.add_argument("--classes-per-client", type=int, default=2, help="classes per client (pathological)")
     parser.add_argument("--site-file", default=None, help="CSV 'index,site' assigning examples to sites (natural)")
     parser.add_argument("--seed", type=int, default=0)

@@ -10,21 +10,20 @@ its device once.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import medmnist
 import numpy as np
 import torch
 import torch.nn.functional as F
-from medmnist.dataset import MedMNIST2D
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch import Tensor
-from torchvision.datasets import CIFAR10, MNIST, SVHN, FashionMNIST
-from torchvision.datasets.utils import extract_archive
+
+if TYPE_CHECKING:
+    from medmnist.dataset import MedMNIST2D
 
 DEFAULT_DATA_ROOT = Path.home() / ".cache" / "dirichlet-fl" / "data"
 SPLIT_SEED = 0
@@ -33,27 +32,35 @@ TEST_FRACTION = 0.2
 AUGMENTED_BY_DEFAULT = frozenset({"cifar10", "svhn"})
 """Data sets trained with random crop + horizontal flip unless the run says otherwise."""
 
-MEDMNIST_SIZES = tuple(MedMNIST2D.available_sizes)
 MEDMNIST_TASKS = ("multi-class", "binary-class")
 """MedMNIST tasks with one class label per example: the only ones a softmax over classes can learn."""
-MEDMNIST_2D = tuple(
-    sorted(
-        flag
-        for flag, info in medmnist.INFO.items()
-        if issubclass(getattr(medmnist, info["python_class"]), MedMNIST2D)
+TORCHVISION_MNIST = ("mnist", "fashionmnist")
+BUILTIN_DATASETS = ("digits", "mnist-idx", *TORCHVISION_MNIST, "cifar10", "svhn")
+"""The data sets read without medmnist. torchvision, medmnist and scikit-learn are imported by the
+loader that needs them: together they cost about 0.7 s and 300 MB in every process that imports this
+module (the server, each Ray actor, the CLI), most of which only ever loads one data set."""
+
+
+@functools.cache
+def medmnist_2d() -> tuple[str, ...]:
+    """The 2D MedMNIST flags, sorted (imports medmnist)."""
+    import medmnist
+    from medmnist.dataset import MedMNIST2D
+
+    return tuple(
+        sorted(
+            flag
+            for flag, info in medmnist.INFO.items()
+            if issubclass(getattr(medmnist, info["python_class"]), MedMNIST2D)
+        )
     )
-)
-TORCHVISION_MNIST = {"mnist": MNIST, "fashionmnist": FashionMNIST}
-DATASETS = (
-    "digits",
-    "mnist-idx",
-    "mnist",
-    "fashionmnist",
-    "cifar10",
-    "svhn",
-    *(flag for flag in MEDMNIST_2D if medmnist.INFO[flag]["task"] in MEDMNIST_TASKS),
-)
-"""Every name `load_dataset` accepts."""
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Every name `load_dataset` accepts (imports medmnist for its list of sets)."""
+    import medmnist
+
+    return (*BUILTIN_DATASETS, *(flag for flag in medmnist_2d() if medmnist.INFO[flag]["task"] in MEDMNIST_TASKS))
 
 Split = tuple[np.ndarray, np.ndarray]
 """(images N x C x H x W, labels N) as read from disk, before scaling and normalisation."""
@@ -126,7 +133,7 @@ def _check_split(split: str, x: Tensor, y: Tensor, image_shape: tuple[int, ...],
 def load_dataset(
     name: str, data_root: str | None = None, *, download: bool = False, size: int = 28
 ) -> ImageData:
-    """Load data set `name` (see DATASETS) from `data_root` (default DEFAULT_DATA_ROOT).
+    """Load data set `name` (see dataset_names()) from `data_root` (default DEFAULT_DATA_ROOT).
 
     Layouts under data_root are the readers' own: torchvision's `MNIST/raw/`, `FashionMNIST/raw/`,
     `cifar-10-batches-py/`, SVHN's `train_32x32.mat`/`test_32x32.mat`, medmnist's `<flag>[_size].npz`;
@@ -135,10 +142,10 @@ def load_dataset(
     """
     key = name.lower()
     root = Path(data_root).expanduser() if data_root is not None else DEFAULT_DATA_ROOT
-    if key in MEDMNIST_2D:
-        return _load_medmnist(key, root, download, size)
-    if key not in DATASETS:
-        raise ValueError(f"dataset={name!r} is unknown; valid names: {', '.join(DATASETS)}")
+    if key not in BUILTIN_DATASETS:
+        if key in medmnist_2d():
+            return _load_medmnist(key, root, download, size)
+        raise ValueError(f"dataset={name!r} is unknown; valid names: {', '.join(dataset_names())}")
     if size != 28:
         raise ValueError(
             f"size={size} applies to MedMNIST sets only; {key} has one native size, leave size at 28"
@@ -182,6 +189,8 @@ def _to_image_data(
 
 def _stratified_split(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Indices of a stratified TEST_FRACTION hold-out split with the fixed SPLIT_SEED, each sorted."""
+    from sklearn.model_selection import train_test_split
+
     train, test = train_test_split(
         np.arange(len(labels)), test_size=TEST_FRACTION, stratify=labels, random_state=SPLIT_SEED
     )
@@ -199,6 +208,8 @@ def _missing_file(name: str, path: Path, alternative: str | None = None) -> File
 
 def _load_digits() -> ImageData:
     """scikit-learn's embedded 8x8 digits (values 0..16), split 80/20 stratified with SPLIT_SEED."""
+    from sklearn.datasets import load_digits
+
     bunch = load_digits()
     images, labels = bunch.images[:, None], bunch.target
     train, test = _stratified_split(labels)
@@ -274,12 +285,16 @@ def _ensure_decompressed(name: str, path: Path) -> None:
     archive = path.with_name(f"{path.name}.gz")
     if not archive.is_file():
         raise _missing_file(name, path, archive.name)
+    from torchvision.datasets.utils import extract_archive
+
     extract_archive(str(archive), str(path.parent))
 
 
 def _load_torchvision_mnist(key: str, root: Path, download: bool) -> ImageData:
     """MNIST or FashionMNIST through torchvision's class, from `<root>/<Class>/raw/`."""
-    cls = TORCHVISION_MNIST[key]
+    from torchvision.datasets import MNIST, FashionMNIST
+
+    cls = MNIST if key == "mnist" else FashionMNIST
     if download:
         cls(str(root), train=True, download=True)
     for resource, _ in cls.resources:
@@ -292,31 +307,38 @@ def _load_torchvision_mnist(key: str, root: Path, download: bool) -> ImageData:
     return _to_image_data(key, splits, tuple(cls.classes), 255.0)
 
 
-class _CIFAR10Files(CIFAR10):
+@functools.cache
+def _cifar10_files() -> Any:
     """torchvision's CIFAR10 reader with its md5 check of LOCAL files replaced by an existence check.
 
     Why: torchvision refuses any batch file whose md5 differs from the official one, so files in the
     official pickle format but with other content (test fixtures, re-packed copies) cannot load. This
     override is the only change: the files are still parsed by torchvision's own code (a corrupt file
     fails to unpickle or reshape), and `download=True` still verifies the downloaded archive's md5.
+    A class built on first use, so that torchvision is imported only by who reads CIFAR10.
     """
+    from torchvision.datasets import CIFAR10
 
-    meta = {**CIFAR10.meta, "md5": None}
+    class CIFAR10Files(CIFAR10):
+        meta = {**CIFAR10.meta, "md5": None}
 
-    def _check_integrity(self) -> bool:
-        folder = Path(self.root) / self.base_folder
-        return all((folder / filename).is_file() for filename, _ in self.train_list + self.test_list)
+        def _check_integrity(self) -> bool:
+            folder = Path(self.root) / self.base_folder
+            return all((folder / filename).is_file() for filename, _ in self.train_list + self.test_list)
+
+    return CIFAR10Files
 
 
 def _load_cifar10(root: Path, download: bool) -> ImageData:
     """CIFAR10 from torchvision's `<root>/cifar-10-batches-py/` pickle batches."""
+    reader = _cifar10_files()
     if download:
-        _CIFAR10Files(str(root), train=True, download=True)
-    folder = root / CIFAR10.base_folder
-    for filename, _ in CIFAR10.train_list + CIFAR10.test_list + [(CIFAR10.meta["filename"], None)]:
+        reader(str(root), train=True, download=True)
+    folder = root / reader.base_folder
+    for filename, _ in reader.train_list + reader.test_list + [(reader.meta["filename"], None)]:
         if not (folder / filename).is_file():
             raise _missing_file("cifar10", folder / filename)
-    train, test = _CIFAR10Files(str(root), train=True), _CIFAR10Files(str(root), train=False)
+    train, test = reader(str(root), train=True), reader(str(root), train=False)
     splits = {
         "train": (train.data.transpose(0, 3, 1, 2), np.asarray(train.targets)),
         "test": (test.data.transpose(0, 3, 1, 2), np.asarray(test.targets)),
@@ -324,41 +346,51 @@ def _load_cifar10(root: Path, download: bool) -> ImageData:
     return _to_image_data("cifar10", splits, tuple(train.classes), 255.0)
 
 
-class _SVHNFiles(SVHN):
+@functools.cache
+def _svhn_files() -> Any:
     """torchvision's SVHN reader with its md5 check of the LOCAL .mat file replaced by an existence check.
 
-    Same reason and scope as `_CIFAR10Files`: the .mat is still read by torchvision's code (scipy), and
+    Same reason and scope as `_cifar10_files`: the .mat is still read by torchvision's code (scipy), and
     `download=True` still verifies the downloaded file's md5.
     """
+    from torchvision.datasets import SVHN
 
-    def _check_integrity(self) -> bool:
-        return (Path(self.root) / self.filename).is_file()
+    class SVHNFiles(SVHN):
+        def _check_integrity(self) -> bool:
+            return (Path(self.root) / self.filename).is_file()
+
+    return SVHNFiles
 
 
 def _load_svhn(root: Path, download: bool) -> ImageData:
     """SVHN (cropped digits) from torchvision's `<root>/train_32x32.mat` and `<root>/test_32x32.mat`."""
+    reader = _svhn_files()
     splits = {}
     for split in ("train", "test"):
         if download:
-            _SVHNFiles(str(root), split=split, download=True)
-        path = root / SVHN.split_list[split][1]
+            reader(str(root), split=split, download=True)
+        path = root / reader.split_list[split][1]
         if not path.is_file():
             raise _missing_file("svhn", path)
-        dataset = _SVHNFiles(str(root), split=split)
+        dataset = reader(str(root), split=split)
         splits[split] = (dataset.data, dataset.labels)
     return _to_image_data("svhn", splits, tuple(str(d) for d in range(10)), 255.0)
 
 
 def _load_medmnist(flag: str, root: Path, download: bool, size: int) -> ImageData:
     """A 2D MedMNIST set through medmnist's own class, from `<root>/<flag>[_<size>].npz`, with its val split."""
+    import medmnist
+    from medmnist.dataset import MedMNIST2D
+
     info = medmnist.INFO[flag]
     if info["task"] not in MEDMNIST_TASKS:
         raise ValueError(
             f"dataset={flag!r}: its MedMNIST task is '{info['task']}', but training here needs one class "
             f"label per example ({' or '.join(MEDMNIST_TASKS)}); pick another MedMNIST set, e.g. dermamnist"
         )
-    if size not in MEDMNIST_SIZES:
-        raise ValueError(f"size={size} is not a MedMNIST size; valid sizes: {', '.join(map(str, MEDMNIST_SIZES))}")
+    sizes = tuple(MedMNIST2D.available_sizes)
+    if size not in sizes:
+        raise ValueError(f"size={size} is not a MedMNIST size; valid sizes: {', '.join(map(str, sizes))}")
     cls = getattr(medmnist, info["python_class"])
     if download:
         root.mkdir(parents=True, exist_ok=True)

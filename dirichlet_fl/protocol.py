@@ -4,6 +4,7 @@ readers for the records' values."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -85,12 +86,14 @@ def number(content: RecordDict, record: str, key: str) -> float:
     return float(cast(float, records[record][key]))
 
 
+@functools.cache
 def code_fingerprint(app_dir: Path) -> str:
     """SHA-256 over the client-side code (CODE_PACKAGES) under `app_dir`, file names included.
 
     The server sends its own in the discovery query and a client refuses when its loaded code differs:
     that happens when a client process imports a stale copy of the project (e.g. Ray workers whose
-    working directory is another checkout) instead of the app bundle that was submitted."""
+    working directory is another checkout) instead of the app bundle that was submitted. Computed once
+    per process: every node answers the discovery query, and a Ray actor serves thousands of nodes."""
     digest = hashlib.sha256()
     for package in CODE_PACKAGES:
         for path in sorted((app_dir / package).rglob("*.py")):

@@ -1,7 +1,10 @@
 """The run folder, written by the server as a run goes and read back by the tools.
 
 results-dir/<run>/ holds config.json (the resolved run config and the number of clients),
-rounds.csv (one row per round), ledger.csv (one row per round and client), model.pt (the global
+rounds.csv (one row per round), ledger.csv (one row per client event: trained, refused or failed in a
+round, and, every round, clients whose budget is spent or whose setup failed; at round 0 one `skipped`
+row per client too small to train; a client that was merely not sampled gets no row, so 10,000 clients
+sampled 10 at a time write about 10 rows a round, not 10,000), model.pt (the global
 weights of the last complete round), checkpoint.pt (everything a resumed run needs: the round, the
 weights, the strategy's state and every client's last known ledger), ledgers/ (each simulated
 client's own durable ledger file, client/ledger_store.py) and summary.json (written at the end, with
@@ -215,7 +218,7 @@ class RunWriter:
     def _update_ledger(self, record: RoundRecord) -> dict[int, dict[str, Any]]:
         rows = {}
         for client, ledger in self.clients.items():
-            status, reason = "idle", ""
+            status, reason = "", ""
             if client in record.trained:
                 status = "trained"
                 ledger.absorb(record.trained[client])
@@ -234,6 +237,8 @@ class RunWriter:
                 ledger.refused_rounds += 1
             elif client in record.excluded:
                 status, reason = "excluded", "its setup failed (see its failed row); not sampled again"
+            else:
+                continue  # not sampled, nothing changed: no row (summary.json lists every client)
             rows[client] = {
                 "status": status,
                 "epsilon": ledger.epsilon,
@@ -245,6 +250,13 @@ class RunWriter:
                 "reason": reason,
             }
         return rows
+
+    def record_skipped(self, reasons: dict[int, str]) -> None:
+        """Ledger rows (round 0, status `skipped`, with the reason) for clients that sit out the whole run."""
+        rows = [{"round": 0, "client": client, "status": "skipped", "epsilon": 0.0, "delta": self.config.delta,
+                 "steps": 0, "target_epsilon": self.clients[client].target_epsilon, "sample_rate": math.nan,
+                 "noise_parameter": "", "reason": reason} for client, reason in sorted(reasons.items())]
+        append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, rows))
 
     def save_weights(self, arrays: ArrayRecord) -> None:
         self.save_weights_dict(arrays.to_torch_state_dict())

@@ -30,8 +30,15 @@ def simulate(
     num_supernodes: int,
     num_cpus_per_client: float = 1.0,
     num_gpus_per_client: float = 0.0,
+    ray_address: str | None = None,
 ) -> None:
-    """Run one federation of `num_supernodes` clients with run-config `overrides` (kebab-case keys)."""
+    """Run one federation of `num_supernodes` clients with run-config `overrides` (kebab-case keys).
+
+    Clients run as Ray actors of `num_cpus_per_client` CPUs and `num_gpus_per_client` GPUs each (0.25:
+    four share a GPU). `ray_address` ("127.0.0.1:6379", or "auto") joins a running Ray cluster (`ray start
+    --head` plus `ray start --address` on each machine) instead of starting a private one; the actors
+    then spread over every node of the cluster. Ray's dashboard is never started: it costs a process
+    and ~100 MB, and nothing here reads it."""
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     run = Run.create_empty(run_id=1)
@@ -43,8 +50,10 @@ def simulate(
     context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
     backend_config: dict[str, dict[str, Any]] = {
         "client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": num_gpus_per_client},
-        "init_args": {"logging_level": "ERROR", "log_to_driver": True},
+        "init_args": {"logging_level": "ERROR", "log_to_driver": True, "include_dashboard": False},
     }
+    if ray_address is not None:
+        backend_config["init_args"]["address"] = ray_address
     _run_simulation(
         num_supernodes=num_supernodes,
         exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,

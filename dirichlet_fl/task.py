@@ -124,14 +124,30 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def shard_too_small(config: RunConfig, partition_id: int, num_examples: int) -> str | None:
+    """Why client `partition_id` cannot train (q = batch-size / examples must be < 1), or None if it can."""
+    if num_examples > config.batch_size:
+        return None
+    return (
+        f"batch-size={config.batch_size:g} needs a sampling rate batch-size/examples < 1, but client "
+        f"{partition_id} has {num_examples} examples: lower batch-size below {num_examples}"
+    )
+
+
+def too_small_to_train(config: RunConfig, split: FederatedSplit) -> dict[int, str]:
+    """Clients whose shard is too small for the batch size, with the reason: the server never samples
+    them (a Dirichlet split over 1,000+ clients leaves some with a handful of examples; they sit out
+    rather than stop the run, and the run folder says who and why)."""
+    reasons = {i: shard_too_small(config, i, len(part)) for i, part in enumerate(split.train_parts)}
+    return {i: reason for i, reason in reasons.items() if reason is not None}
+
+
 def mechanism_spec(config: RunConfig, partition_id: int, num_examples: int, target_epsilon: float) -> MechanismSpec:
     """A client's mechanism plan: q = batch-size / its examples, every step it may run over the budget rounds."""
+    problem = shard_too_small(config, partition_id, num_examples)
+    if problem is not None:
+        raise ValueError(problem)
     sample_rate = config.batch_size / num_examples
-    if not 0.0 < sample_rate < 1.0:
-        raise ValueError(
-            f"batch-size={config.batch_size:g} needs a sampling rate batch-size/examples < 1, but client "
-            f"{partition_id} has {num_examples} examples: lower batch-size below {num_examples}"
-        )
     return MechanismSpec(
         name=config.mechanism,
         target_epsilon=target_epsilon,

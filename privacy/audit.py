@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from scipy.stats import beta, rankdata
 from torch import Tensor, nn
 
@@ -358,6 +356,9 @@ def plot_roc(
     curves: AuditReport | RocCurve | Mapping[str, AuditReport | RocCurve], path: str | Path, title: str = ""
 ) -> None:
     """Write ROC curves to `path` (PNG): linear axes, and log-log axes where the low-FPR tail shows."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib only for the plot
+    from matplotlib.figure import Figure
+
     named = curves if isinstance(curves, Mapping) else {"": curves}
     figure = Figure(figsize=(10, 4.5), layout="constrained")
     FigureCanvasAgg(figure)

@@ -21,11 +21,21 @@ from flwr.serverapp import Grid, ServerApp
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
 from dirichlet_fl.runs import COMPLETED, FAILED, RoundRecord, RunWriter
-from dirichlet_fl.task import build_run_model, evaluate, federated_split, initial_model, resolve_device
+from dirichlet_fl.task import (
+    build_run_model,
+    evaluate,
+    federated_split,
+    initial_model,
+    resolve_device,
+    too_small_to_train,
+)
 from privacy.registry import covers
 from strategies.private_fedavg import PrivateFedAvg
 
 app = ServerApp()
+CLIENT_LINES = 20
+"""The final report prints one line per client up to this many clients; above, the ten with the largest
+eps (summary.json has every client)."""
 APP_DIR = Path(__file__).resolve().parent.parent
 """The app this ServerApp was loaded from (the submitted bundle, under Flower)."""
 
@@ -71,6 +81,13 @@ def main(grid: Grid, context: Context) -> None:
         log(ERROR, "%s %s (cannot write the run folder: %s)", STATUS_LINE, FAILED, one_line(error))
         return
     log(INFO, "dirichlet-fl: %s, %d clients, writing %s", config.mechanism, num_clients, writer.directory)
+    skipped = too_small_to_train(config, federated_split(config.split_spec(num_clients)))
+    strategy.skip(set(skipped))
+    if first_round == 1:
+        writer.record_skipped(skipped)
+    if skipped:
+        log(INFO, "dirichlet-fl: %d of %d clients hold <= batch-size=%d examples and sit out (ledger.csv: skipped)",
+            len(skipped), num_clients, config.batch_size)
     if first_round == 1:
         start = evaluate_fn(0, arrays)
         log(INFO, "round 0  accuracy %.4f  loss %.4f", start["accuracy"], start["loss"])
@@ -138,7 +155,12 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
     lines = [f"final accuracy {summary['final_accuracy']:.4f} after {summary['rounds']} rounds; results in {directory}"]
     if config.mechanism == "none":
         return lines + ["mechanism none: training is not private"]
-    for client in summary["clients"]:
+    clients = summary["clients"]
+    if len(clients) > CLIENT_LINES:
+        trained = [client for client in clients if client["steps"]]
+        lines.append(f"{len(trained)} of {len(clients)} clients trained; the {CLIENT_LINES // 2} with the largest eps:")
+        clients = sorted(trained, key=lambda client: -(client["epsilon"] or 0.0))[: CLIENT_LINES // 2]
+    for client in clients:
         if not client["steps"]:
             lines.append(f"client {client['id']}: never trained (eps 0 of {client['target_epsilon']:g})")
             continue

@@ -16,6 +16,10 @@ Differences from Flower's FedAvg, and why:
   `stopped-no-client-can-train` when no client is left or none trained for max-idle-rounds rounds.
 - The strategy's state (spent and excluded clients, idle rounds) is keyed by partition id, so that a
   checkpoint restores it in a new federation whose node ids differ.
+- Clients the server knows cannot train (skip(): too few examples for the batch size) are never
+  sampled for training; they are re-derived from the split, so they are not part of the state.
+- Only the sampled clients are contacted in a round, so a round's cost grows with the sample, not
+  with the population; discover() contacts every node once, at start-up.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class PrivateFedAvg(FedAvg):
         """Partitions whose budget is spent: never sampled again."""
         self.excluded: dict[int, str] = {}
         """Partitions whose setup failed, with the reason: never sampled again."""
+        self.skipped: set[int] = set()
+        """Partitions too small to train (skip()): never sampled for training."""
         self.idle_rounds = 0
         """Consecutive rounds in which no client trained."""
         self.current: RoundRecord | None = None
@@ -116,10 +122,14 @@ class PrivateFedAvg(FedAvg):
         nodes = self._sample(server_round, self.fraction_train, eligible, "train")
         return self._construct_messages(record, nodes, MessageType.TRAIN)
 
+    def skip(self, partitions: set[int]) -> None:
+        """Never sample these partitions for training."""
+        self.skipped = set(partitions)
+
     @property
     def unavailable(self) -> set[int]:
-        """Partitions that are never sampled again: spent or excluded."""
-        return self.exhausted | set(self.excluded)
+        """Partitions that are never sampled again: spent, excluded or skipped."""
+        return self.exhausted | set(self.excluded) | self.skipped
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -173,7 +183,7 @@ class PrivateFedAvg(FedAvg):
         if not available and self.exhausted:
             return COMPLETED, "every client that can train has spent its budget"
         if not available:
-            return STOPPED_NO_CLIENT, "no client can train: every client's setup failed (reasons in ledger.csv)"
+            return STOPPED_NO_CLIENT, "no client can train: every client's setup failed or its shard is too small (reasons in ledger.csv)"
         return STOPPED_NO_CLIENT, f"no client trained in {self.idle_rounds} consecutive rounds (reasons in ledger.csv)"
 
     def run(

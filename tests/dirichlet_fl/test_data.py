@@ -14,8 +14,8 @@ import torch
 
 from dirichlet_fl.data import (
     AUGMENTED_BY_DEFAULT,
-    DATASETS,
     ImageData,
+    dataset_names,
     load_dataset,
     random_crop_flip,
 )
@@ -223,7 +223,7 @@ def test_missing_file_names_the_file_the_directory_and_the_fix(
 def test_multi_label_and_ordinal_medmnist_sets_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match=f"dataset='{name}'.*task is"):
         load_dataset(name, str(tmp_path))
-    assert name not in DATASETS
+    assert name not in dataset_names()
 
 
 def test_bad_names_and_sizes_are_refused_with_the_valid_choices(tmp_path: Path) -> None:
@@ -243,7 +243,7 @@ def test_digits_are_embedded_split_80_20_and_normalised() -> None:
     assert np.bincount(data.test_y.numpy()).min() >= 35  # stratified: ~36 per class
     assert abs(float(data.train_x.mean())) < 1e-5
     assert torch.equal(load_dataset("digits").train_y, data.train_y)
-    assert "digits" in DATASETS and "cifar10" in AUGMENTED_BY_DEFAULT and "mnist" not in AUGMENTED_BY_DEFAULT
+    assert "digits" in dataset_names() and "cifar10" in AUGMENTED_BY_DEFAULT and "mnist" not in AUGMENTED_BY_DEFAULT
 
 
 def test_image_data_rejects_inconsistent_tensors() -> None:

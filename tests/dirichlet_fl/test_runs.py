@@ -121,3 +121,19 @@ def test_a_failed_append_leaves_no_partial_row(tmp_path, monkeypatch: pytest.Mon
         writer.record_round(RoundRecord(1), weights(1.0), {})
     assert (tmp_path / "run" / "rounds.csv").read_text() == before
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.json", "ledger.csv", "model.pt", "rounds.csv"]
+
+
+def test_the_ledger_holds_events_only_and_the_summary_every_client(tmp_path) -> None:
+    """A client that was not sampled writes no row (10,000 clients sampled 10 at a time write 10 rows a
+    round); a skipped client one row at round 0; summary.json still lists every client."""
+    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), num_clients=4, covers="x")
+    writer.record_skipped({3: "too few examples"})
+    writer.record_round(RoundRecord(1, trained={1: trained(1, 0.2, 4)}, failed={2: "boom"}), weights(1.0), {})
+    writer.record_round(RoundRecord(2, trained={0: trained(0, 0.3, 4)}), weights(2.0), {})
+    summary = writer.finish(0.5, 1.0, assumptions_hold=True)
+    with open(tmp_path / "run" / "ledger.csv") as handle:
+        ledger = [(row["round"], row["client"], row["status"], row["reason"][:16]) for row in csv.DictReader(handle)]
+    assert ledger == [("0", "3", "skipped", "too few examples"), ("1", "1", "trained", ""),
+                      ("1", "2", "failed", "boom (the client"), ("2", "0", "trained", "")]
+    assert [client["id"] for client in summary["clients"]] == [0, 1, 2, 3]
+    assert summary["clients"][2]["failed_rounds"] == 1 and summary["clients"][3]["steps"] == 0
