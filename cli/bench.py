@@ -5,7 +5,8 @@
   simulation  a default federated run on Flower + Ray vs the same arithmetic in a plain loop
   scale       10 to 2,000 clients, a fixed 10 sampled per round: seconds per round, start-up, memory
   accuracy    accuracy vs eps on MNIST digits: none / Dirichlet / DP-SGD, IID, non-IID, centralized
-  gpu         seconds per epoch of the paper's CIFAR10 ResNet-18 setting (needs a GPU; --synthetic to smoke-test)
+  gpu         seconds per epoch of the paper's CIFAR10 ResNet-18 setting, then the federated job with
+              fractional GPUs, clients per second (needs a GPU; --synthetic --gpus-per-client 0 to smoke-test)
 
 Each writes config.json (its options, the machine, the date) and results.json to a folder of its
 own (--out, default results/bench/<what>-<time>), and prints a summary, or the results as one JSON
@@ -63,6 +64,9 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'",
                         help="run-config overrides, as for `flwr run --run-config` (default: none, the "
                              "pyproject defaults)")
+    parser.add_argument("--flwr-run", action="store_true",
+                        help="also run the job through `flwr run` (its own local SuperLink, SuperExec, simulation "
+                             "process and Ray) and take the memory target on that whole tree")
 
 
 def _scale_options(parser: argparse.ArgumentParser) -> None:
@@ -127,6 +131,12 @@ def _gpu_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-grad-norm", type=float, default=1.0)
     parser.add_argument("--device", default="auto", help="auto (cuda if present), cuda or cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--federation-clients", type=int, default=8,
+                        help="clients of the federated run on Flower + Ray (default 8; 0 skips it)")
+    parser.add_argument("--gpus-per-client", type=float, default=0.25,
+                        help="GPU share of each client (default 0.25: four train at once; 0 on a CPU)")
+    parser.add_argument("--federation-rounds", type=int, default=3, help="rounds of the federated run (default 3)")
+    parser.add_argument("--federation-steps", type=int, default=20, help="local steps per client and round (default 20)")
 
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {

@@ -29,11 +29,14 @@ import argparse
 import csv
 import json
 import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,26 +86,31 @@ def _read_memory(pid: int) -> tuple[str, int, int] | None:
     return name, rss, pss
 
 
-def tree_memory(root: int) -> list[tuple[str, int, int]]:
-    """_read_memory of `root` and every descendant still alive."""
+def _descendants(roots: list[int]) -> list[int]:
+    """`roots` and every process below them."""
     children = _children_map()
-    pending, found = [root], []
+    pending, found = list(roots), []
     while pending:
         pid = pending.pop()
-        pending.extend(children.get(pid, []))
-        memory = _read_memory(pid)
-        if memory is not None:
-            found.append(memory)
+        if pid not in found:
+            found.append(pid)
+            pending.extend(children.get(pid, []))
     return found
 
 
-class PeakMemory(threading.Thread):
-    """Samples tree_memory(pid) every SAMPLE_INTERVAL seconds until stopped; keeps the sample with the
-    largest RSS sum (and the largest PSS sum, which counts shared pages once)."""
+def tree_memory(roots: list[int]) -> list[tuple[str, int, int]]:
+    """_read_memory of `roots` and every descendant still alive."""
+    return [memory for memory in map(_read_memory, _descendants(roots)) if memory is not None]
 
-    def __init__(self, pid: int) -> None:
+
+class PeakMemory(threading.Thread):
+    """Samples tree_memory(roots()) every SAMPLE_INTERVAL seconds until stopped; keeps the sample with the
+    largest RSS sum (and the largest PSS sum, which counts shared pages once). `roots` is asked at every
+    sample: a detached process (flwr run's SuperLink) joins the measured set once it exists."""
+
+    def __init__(self, roots: Callable[[], list[int]]) -> None:
         super().__init__(daemon=True)
-        self.pid = pid
+        self.roots = roots
         self.peak_rss = 0
         self.peak_pss = 0
         self.at_peak: list[tuple[str, int, int]] = []
@@ -110,7 +118,7 @@ class PeakMemory(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            sample = tree_memory(self.pid)
+            sample = tree_memory(self.roots())
             rss = sum(m[1] for m in sample)
             if rss > self.peak_rss:
                 self.peak_rss, self.at_peak = rss, sample
@@ -122,21 +130,24 @@ class PeakMemory(threading.Thread):
         self.join()
 
 
-def _child_command(kind: str, overrides: dict[str, Any], clients: int, out: Path) -> list[str]:
-    payload = json.dumps({"kind": kind, "overrides": overrides, "clients": clients, "out": str(out)})
+def _child_command(kind: str, overrides: dict[str, Any], clients: int, out: Path, gpus_per_client: float) -> list[str]:
+    payload = json.dumps({"kind": kind, "overrides": overrides, "clients": clients, "out": str(out),
+                          "gpus_per_client": gpus_per_client})
     return [sys.executable, "-m", "sims.bench_simulation", payload]
 
 
-def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path, niceness: int) -> dict[str, Any]:
+def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path, niceness: int,
+                gpus_per_client: float = 0.0) -> dict[str, Any]:
     """Run one child process of `kind` (flower or loop); return wall time, round seconds and peak memory.
-    Ray starts its workers (the Flower clients) at `niceness`."""
+    Ray starts its workers (the Flower clients) at `niceness`; each Flower client gets `gpus_per_client`
+    GPUs (0.25: four share one)."""
     out.mkdir(parents=True, exist_ok=True)
     environment = {**os.environ, RAY_NICENESS_VARIABLE: str(niceness)}
     start = time.perf_counter()
     with open(out / "child.log", "w") as log:
-        child = subprocess.Popen(_child_command(kind, overrides, clients, out), cwd=APP_DIR, stdout=log,
+        child = subprocess.Popen(_child_command(kind, overrides, clients, out, gpus_per_client), cwd=APP_DIR, stdout=log,
                                  stderr=subprocess.STDOUT, env=environment)
-        sampler = PeakMemory(child.pid)
+        sampler = PeakMemory(lambda: [child.pid])
         sampler.start()
         code = child.wait()
         sampler.stop()
@@ -151,6 +162,92 @@ def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path, n
             "final_accuracy": _final_accuracy(out)}
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _processes_naming(text: str) -> list[int]:
+    """PIDs whose command line contains `text`."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if text.encode() in handle.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _stop(pids: list[int]) -> None:
+    """SIGTERM `pids` and their descendants, SIGKILL what is left after 10 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [pid for pid in _descendants(pids) if _read_memory(pid) is not None]
+        for pid in alive:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_read_memory(pid) is not None for pid in alive):
+            time.sleep(0.2)
+
+
+def _run_config_text(overrides: dict[str, Any]) -> str:
+    """`flwr run --run-config` text: strings quoted, booleans lower-case."""
+    def value(item: Any) -> str:
+        if isinstance(item, bool):
+            return str(item).lower()
+        return json.dumps(item) if isinstance(item, str) else repr(item)
+    return " ".join(f"{key}={value(item)}" for key, item in overrides.items())
+
+
+def measure_flwr_run(overrides: dict[str, Any], clients: int, out: Path, niceness: int) -> dict[str, Any]:
+    """`flwr run` as scripts/run.sh runs it, with a local SuperLink of its own (its own Flower home and
+    ports, started from a folder holding no copy of the project). The SuperLink runs detached; it starts
+    the SuperExec and the simulation process, which starts Ray. Peak memory is summed over `flwr run`
+    and the SuperLink's whole tree; the SuperLink is stopped (by PID) afterwards."""
+    home, neutral = out / "flwr-home", out / "cwd"
+    neutral.mkdir(parents=True, exist_ok=True)
+    environment = {**os.environ, "FLWR_HOME": str(home), "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()),
+                   "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()), "FLWR_TELEMETRY_ENABLED": "0",
+                   "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", RAY_NICENESS_VARIABLE: str(niceness),
+                   "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+                   "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    environment.pop("PYTHONPATH", None)
+    run_config = _run_config_text(overrides | {"results-dir": str(out.resolve()), "run-name": "run"})
+    command = [str(Path(sys.executable).with_name("flwr")), "run", str(APP_DIR), "--stream",
+               "--federation-config", f"num-supernodes={clients}", "--run-config", run_config]
+
+    def superlink() -> list[int]:
+        return _processes_naming(f"{home}/local-superlink")
+
+    start = time.perf_counter()
+    try:
+        with open(out / "child.log", "w") as log:
+            child = subprocess.Popen(command, cwd=neutral, stdout=log, stderr=subprocess.STDOUT, env=environment)
+            sampler = PeakMemory(lambda: [child.pid, *superlink()])
+            sampler.start()
+            code = child.wait()
+            sampler.stop()
+    finally:
+        _stop(superlink())
+    wall = time.perf_counter() - start
+    summary = out / "run" / "summary.json"
+    if code != 0 or not summary.is_file():
+        raise RuntimeError(f"flwr run failed (exit code {code}, no summary.json); see {out / 'child.log'}")
+    with open(out / "run" / "rounds.csv") as handle:
+        cumulative = [float(row["seconds"]) for row in csv.DictReader(handle)]
+    processes = sorted(sampler.at_peak, key=lambda m: -m[1])
+    return {"kind": "flwr-run", "wall_seconds": wall,
+            "round_seconds": [later - earlier for earlier, later in zip([0.0, *cumulative], cumulative)],
+            "peak_rss_bytes": sampler.peak_rss, "peak_pss_bytes": sampler.peak_pss,
+            "processes_at_peak": [{"name": name, "rss_bytes": rss, "pss_bytes": pss} for name, rss, pss in processes],
+            "final_accuracy": float(json.loads(summary.read_text())["final_accuracy"])}
+
+
 def _final_accuracy(out: Path) -> float:
     return float(json.loads((out / "final.json").read_text())["final_accuracy"])
 
@@ -162,11 +259,12 @@ def steady_and_fixed(run: dict[str, Any]) -> tuple[float, float]:
     return steady, run["wall_seconds"] - len(rounds) * steady
 
 
-def _child_flower(overrides: dict[str, Any], clients: int, out: Path) -> None:
+def _child_flower(overrides: dict[str, Any], clients: int, out: Path, gpus_per_client: float = 0.0) -> None:
     """One Flower run; per-round durations from the cumulative `seconds` column of rounds.csv."""
     from dirichlet_fl.simulation import simulate
 
-    simulate(overrides | {"results-dir": str(out), "run-name": "run"}, num_supernodes=clients)
+    simulate(overrides | {"results-dir": str(out), "run-name": "run"}, num_supernodes=clients,
+             num_gpus_per_client=gpus_per_client)
     with open(out / "run" / "rounds.csv") as handle:
         cumulative = [float(row["seconds"]) for row in csv.DictReader(handle)]
     durations = [later - earlier for earlier, later in zip([0.0, *cumulative], cumulative)]
@@ -231,16 +329,23 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     flower, loop = _summarise(runs["flower"]), _summarise(runs["loop"])
     overhead = flower["steady_seconds_per_round"] - loop["steady_seconds_per_round"]
     config = get_fused_config_from_dir(APP_DIR, overrides)
+    extra: dict[str, Any] = {}
+    if args.flwr_run:
+        runs["flwr-run"] = [measure_flwr_run(overrides, args.clients, out_dir / f"flwr-run-{i}", args.ray_worker_niceness)
+                            for i in range(args.runs)]
+        extra["flwr-run"] = _summarise(runs["flwr-run"])
+    memory_kind = "flwr-run" if args.flwr_run else "flower"
+    peak = (extra.get("flwr-run") or flower)["max_peak_rss_bytes"]
     return {
         "flower": flower,
         "loop": loop,
+        **extra,
         "overhead_seconds_per_round": overhead,
         "extra_fixed_seconds": flower["fixed_seconds"] - loop["fixed_seconds"],
         "targets": {
             "overhead_seconds_per_round": {"target": f"<= {TARGET_OVERHEAD_SECONDS}",
                                            "met": overhead <= TARGET_OVERHEAD_SECONDS},
-            "flower_peak_rss_bytes": {"target": f"<= {TARGET_PEAK_BYTES}",
-                                      "met": flower["max_peak_rss_bytes"] <= TARGET_PEAK_BYTES},
+            f"{memory_kind}_peak_rss_bytes": {"target": f"<= {TARGET_PEAK_BYTES}", "met": peak <= TARGET_PEAK_BYTES},
         },
         "runs": runs,
         "config": {"clients": args.clients, "runs": args.runs, "overrides": overrides, "run_config": config,
@@ -253,25 +358,29 @@ def summary_lines(report: dict[str, object]) -> list[str]:
     """Human-readable lines: per kind, then overhead and memory against their targets."""
     lines = [f"{report['config']['clients']} clients, {report['config']['run_config']['num-server-rounds']} rounds, "
              f"median of {report['config']['runs']} runs each:"]
-    for kind in ("flower", "loop"):
+    for kind in ("flower", "loop", "flwr-run"):
+        if kind not in report:
+            continue
         s = report[kind]
         lines.append(
-            f"  {kind:<6} fixed {s['fixed_seconds']:6.2f} s  steady {s['steady_seconds_per_round']:6.3f} s/round  "
+            f"  {kind:<8} fixed {s['fixed_seconds']:6.2f} s  steady {s['steady_seconds_per_round']:6.3f} s/round  "
             f"wall {s['wall_seconds']:6.2f} s  peak RSS {s['peak_rss_bytes'] / 1024**3:5.2f} GB "
             f"(PSS {s['peak_pss_bytes'] / 1024**3:4.2f} GB)  "
             f"final accuracy {s['final_accuracy']:.4f}"
         )
     for key, target in report["targets"].items():
-        value = report["overhead_seconds_per_round"] if key.startswith("overhead") else report["flower"][
-            "max_peak_rss_bytes"]
+        value = report["overhead_seconds_per_round"] if key.startswith("overhead") else report[
+            key.removesuffix("_peak_rss_bytes")]["max_peak_rss_bytes"]
         lines.append(f"  {key} = {value:.4g} (target {target['target']}: {'met' if target['met'] else 'MISSED'})")
     return lines
 
 
 def _child_main(payload: str) -> None:
     job = json.loads(payload)
-    child = _child_flower if job["kind"] == "flower" else _child_loop
-    child(job["overrides"], job["clients"], Path(job["out"]))
+    if job["kind"] == "flower":
+        _child_flower(job["overrides"], job["clients"], Path(job["out"]), job["gpus_per_client"])
+    else:
+        _child_loop(job["overrides"], job["clients"], Path(job["out"]))
 
 
 if __name__ == "__main__":

@@ -13,14 +13,23 @@ is timed with the device synchronised, and the report gives the median epoch and
 memory. The warm-up steps are composed into the ledger like any other. With real CIFAR10 (torchvision's
 `cifar-10-batches-py` under --data-root) the test accuracy after training is reported too;
 --synthetic uses random CIFAR-shaped data, for smoke runs.
+
+Then (unless --federation-clients 0) the federated job itself runs on Flower's simulation engine with
+fractional GPU resources: --federation-clients clients on scikit-learn's digits (always present),
+every one of them training each round, each Ray actor holding --gpus-per-client of the GPU (0.25: four
+clients train at once on one GPU), measured by sims.bench_simulation.measure_run; the report gives
+clients per second = clients per round / steady seconds per round (median of rounds 2..R). On a
+machine without a GPU it runs on the CPU with --gpus-per-client 0 (a smoke test of the path).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -85,6 +94,18 @@ def train_mechanism(
     }
 
 
+def _check_federation(args: argparse.Namespace, device: torch.device) -> None:
+    """Raise ValueError for federation options that cannot run here, before anything is trained."""
+    if args.federation_clients < 0 or args.federation_rounds < 2 or args.federation_steps < 1:
+        raise ValueError(f"--federation-clients={args.federation_clients} must be >= 0 (0: skip), "
+                         f"--federation-rounds={args.federation_rounds} >= 2 and --federation-steps >= 1")
+    if not 0.0 <= args.gpus_per_client <= 1.0:
+        raise ValueError(f"--gpus-per-client={args.gpus_per_client} must be in [0, 1] (0.25: four clients per GPU)")
+    if args.federation_clients and args.gpus_per_client > 0 and device.type != "cuda":
+        raise ValueError(f"--gpus-per-client={args.gpus_per_client} needs a CUDA device (device is {device}); "
+                         "on the CPU pass --gpus-per-client 0")
+
+
 def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     """Train each mechanism and return seconds per epoch, the ratio, and accuracy on real data."""
     mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
@@ -94,6 +115,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     if epochs < 1 or args.synthetic_size < 2 or args.warmup_steps < 0:
         raise ValueError("--epochs must be >= 1, --synthetic-size >= 2 and --warmup-steps >= 0")
     device = resolve_device(args.device)
+    _check_federation(args, device)
     train_x, train_y, test_x, test_y = _data(args)
     train = (train_x.to(device), train_y.to(device))
     results = {}
@@ -114,7 +136,27 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     if "dirichlet" in results and "dpsgd" in results:
         report["dpsgd_over_dirichlet"] = results["dpsgd"]["median_epoch_seconds"] / results["dirichlet"][
             "median_epoch_seconds"]
+    if args.federation_clients:
+        report["federation"] = federation(args, device, out_dir / "federation")
     return report
+
+
+def federation(args: argparse.Namespace, device: torch.device, out: Path) -> dict[str, Any]:
+    """The federated job on Flower + Ray, each client holding a fraction of the GPU; clients per second."""
+    from sims.bench_simulation import measure_run, steady_and_fixed
+
+    overrides = {"dataset": "digits", "partitioner": "iid", "num-server-rounds": args.federation_rounds,
+                 "local-steps": args.federation_steps, "fraction-evaluate": 0.0, "device": device.type,
+                 "model": "cnn"}
+    result = measure_run("flower", overrides, args.federation_clients, out, niceness=0,
+                         gpus_per_client=args.gpus_per_client)
+    steady, fixed = steady_and_fixed(result)
+    return {"clients": args.federation_clients, "gpus_per_client": args.gpus_per_client,
+            "clients_at_once": math.floor(1 / args.gpus_per_client) if args.gpus_per_client else None,
+            "steady_seconds_per_round": steady, "clients_per_second": args.federation_clients / steady,
+            "startup_seconds": fixed, "round_seconds": result["round_seconds"],
+            "peak_rss_bytes": result["peak_rss_bytes"], "final_accuracy": result["final_accuracy"],
+            "device": device.type, "local_steps": args.federation_steps}
 
 
 def summary_lines(report: dict[str, object]) -> list[str]:
@@ -130,4 +172,9 @@ def summary_lines(report: dict[str, object]) -> list[str]:
                      f"{f'~{paper:g} s' if paper else 'n/a'}), eps {result['epsilon']:.3f} (delta={PAPER_DELTA:g}){accuracy}")
     if "dpsgd_over_dirichlet" in report:
         lines.append(f"  dpsgd/dirichlet = {report['dpsgd_over_dirichlet']:.2f} (paper: ~2)")
+    if "federation" in report:
+        fed = report["federation"]
+        lines.append(f"  federation: {fed['clients']} clients on {fed['device']}, {fed['gpus_per_client']:g} GPU each: "
+                     f"{fed['steady_seconds_per_round']:.2f} s/round, {fed['clients_per_second']:.2f} clients/s, "
+                     f"start-up {fed['startup_seconds']:.1f} s")
     return lines

@@ -121,7 +121,8 @@ def test_gpu_benchmark_smoke_runs_on_cpu_with_synthetic_data(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["gpu", "--synthetic", "--short", "--model", "cnn", "--synthetic-size", "64", "--steps-per-epoch", "2",
-            "--warmup-steps", "1", "--sample-rate", "0.1", "--device", "cpu", "--out", str(tmp_path)]
+            "--warmup-steps", "1", "--sample-rate", "0.1", "--device", "cpu", "--federation-clients", "0",
+            "--out", str(tmp_path)]
     report = run_bench(argv, capsys)
 
     raw = {name: statistics.median(result["epoch_seconds"]) for name, result in report["mechanisms"].items()}
@@ -155,3 +156,28 @@ def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
 def test_finite_makes_strict_json() -> None:
     payload = bench.finite({"a": math.inf, "b": [1.0, -math.inf, math.nan], "c": {"d": 2}})
     assert json.loads(json.dumps(payload, allow_nan=False)) == {"a": "inf", "b": [1.0, "-inf", "nan"], "c": {"d": 2}}
+
+
+def test_scale_refuses_a_population_below_the_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = OneLineErrorParser(prog="dirichlet-fl")
+    bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
+    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(b"")
+    args = parser.parse_args(["bench", "scale", "--populations", "5,100", "--data-root", str(tmp_path),
+                              "--out", str(tmp_path / "out")])
+    assert args.func(args) == 2
+    assert "--populations='5,100': every population must be >= --sampled=10" in capsys.readouterr().err
+
+
+def test_gpu_federation_needs_a_gpu_for_a_gpu_share(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = OneLineErrorParser(prog="dirichlet-fl")
+    bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
+    args = parser.parse_args(["bench", "gpu", "--synthetic", "--device", "cpu", "--gpus-per-client", "0.25",
+                              "--out", str(tmp_path)])
+    assert args.func(args) == 2
+    assert "--gpus-per-client=0.25 needs a CUDA device" in capsys.readouterr().err
+
+
+def test_linkstate_sweep_is_timed_on_flowers_own_state() -> None:
+    from sims.bench_scale import sweep_seconds
+
+    assert sweep_seconds(50, 5, repeats=1) > 0.0
