@@ -37,8 +37,8 @@ def simulate(
     Clients run as Ray actors of `num_cpus_per_client` CPUs and `num_gpus_per_client` GPUs each (0.25:
     four share a GPU). `ray_address` ("127.0.0.1:6379", or "auto") joins a running Ray cluster (`ray start
     --head` plus `ray start --address` on each machine) instead of starting a private one; the actors
-    then spread over every node of the cluster. Ray's dashboard is never started: it costs a process
-    and ~100 MB, and nothing here reads it."""
+    then spread over every node of the cluster. Ray's dashboard is off (nothing here reads it); Ray 2.55
+    still starts a minimal API server and a dashboard agent per node (BENCHMARKS.md, section 6.1)."""
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     run = Run.create_empty(run_id=1)

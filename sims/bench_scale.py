@@ -118,7 +118,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         rows.append({"clients": population, "steady_seconds_per_round": steady, "startup_seconds": fixed,
                      "round_seconds": result["round_seconds"], "wall_seconds": result["wall_seconds"],
                      "peak_rss_bytes": result["peak_rss_bytes"], "peak_pss_bytes": result["peak_pss_bytes"],
-                     "processes_at_peak": result["processes_at_peak"], "final_accuracy": result["final_accuracy"]})
+                     "processes_at_peak": result["processes_at_peak"], "final_accuracy": result["final_accuracy"],
+                     "failed_client_rounds": result["failed_client_rounds"]})
     base = rows[0]
     for row in rows:
         row["time_ratio"] = row["steady_seconds_per_round"] / base["steady_seconds_per_round"]

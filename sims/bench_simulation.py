@@ -159,7 +159,7 @@ def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path, n
     return {"kind": kind, "wall_seconds": wall, "round_seconds": rounds, "peak_rss_bytes": sampler.peak_rss,
             "peak_pss_bytes": sampler.peak_pss, "processes_at_peak": [
                 {"name": name, "rss_bytes": rss, "pss_bytes": pss} for name, rss, pss in processes],
-            "final_accuracy": _final_accuracy(out)}
+            **_final(out)}
 
 
 def _free_port() -> int:
@@ -209,6 +209,7 @@ def measure_flwr_run(overrides: dict[str, Any], clients: int, out: Path, nicenes
     ports, started from a folder holding no copy of the project). The SuperLink runs detached; it starts
     the SuperExec and the simulation process, which starts Ray. Peak memory is summed over `flwr run`
     and the SuperLink's whole tree; the SuperLink is stopped (by PID) afterwards."""
+    out = out.resolve()
     home, neutral = out / "flwr-home", out / "cwd"
     neutral.mkdir(parents=True, exist_ok=True)
     environment = {**os.environ, "FLWR_HOME": str(home), "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()),
@@ -217,7 +218,7 @@ def measure_flwr_run(overrides: dict[str, Any], clients: int, out: Path, nicenes
                    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     environment.pop("PYTHONPATH", None)
-    run_config = _run_config_text(overrides | {"results-dir": str(out.resolve()), "run-name": "run"})
+    run_config = _run_config_text(overrides | {"results-dir": str(out), "run-name": "run"})
     command = [str(Path(sys.executable).with_name("flwr")), "run", str(APP_DIR), "--stream",
                "--federation-config", f"num-supernodes={clients}", "--run-config", run_config]
 
@@ -239,17 +240,22 @@ def measure_flwr_run(overrides: dict[str, Any], clients: int, out: Path, nicenes
     if code != 0 or not summary.is_file():
         raise RuntimeError(f"flwr run failed (exit code {code}, no summary.json); see {out / 'child.log'}")
     with open(out / "run" / "rounds.csv") as handle:
-        cumulative = [float(row["seconds"]) for row in csv.DictReader(handle)]
+        rounds = list(csv.DictReader(handle))
+    cumulative = [float(row["seconds"]) for row in rounds]
     processes = sorted(sampler.at_peak, key=lambda m: -m[1])
     return {"kind": "flwr-run", "wall_seconds": wall,
+            "failed_client_rounds": sum(int(row["failed"]) for row in rounds),
             "round_seconds": [later - earlier for earlier, later in zip([0.0, *cumulative], cumulative)],
             "peak_rss_bytes": sampler.peak_rss, "peak_pss_bytes": sampler.peak_pss,
             "processes_at_peak": [{"name": name, "rss_bytes": rss, "pss_bytes": pss} for name, rss, pss in processes],
             "final_accuracy": float(json.loads(summary.read_text())["final_accuracy"])}
 
 
-def _final_accuracy(out: Path) -> float:
-    return float(json.loads((out / "final.json").read_text())["final_accuracy"])
+def _final(out: Path) -> dict[str, Any]:
+    """The child's final accuracy, and (Flower runs) how many client rounds failed: a run whose actor
+    was killed (e.g. by Ray's out-of-memory monitor) still ends with exit code 0."""
+    final = json.loads((out / "final.json").read_text())
+    return {"final_accuracy": float(final["final_accuracy"]), "failed_client_rounds": final.get("failed_client_rounds", 0)}
 
 
 def steady_and_fixed(run: dict[str, Any]) -> tuple[float, float]:
@@ -266,11 +272,13 @@ def _child_flower(overrides: dict[str, Any], clients: int, out: Path, gpus_per_c
     simulate(overrides | {"results-dir": str(out), "run-name": "run"}, num_supernodes=clients,
              num_gpus_per_client=gpus_per_client)
     with open(out / "run" / "rounds.csv") as handle:
-        cumulative = [float(row["seconds"]) for row in csv.DictReader(handle)]
+        rounds = list(csv.DictReader(handle))
+    cumulative = [float(row["seconds"]) for row in rounds]
     durations = [later - earlier for earlier, later in zip([0.0, *cumulative], cumulative)]
     (out / "round_seconds.json").write_text(json.dumps(durations))
     summary = json.loads((out / "run" / "summary.json").read_text())
-    (out / "final.json").write_text(json.dumps({"final_accuracy": summary["final_accuracy"]}))
+    (out / "final.json").write_text(json.dumps({"final_accuracy": summary["final_accuracy"],
+                                                "failed_client_rounds": sum(int(row["failed"]) for row in rounds)}))
 
 
 def _child_loop(overrides: dict[str, Any], clients: int, out: Path) -> None:
@@ -313,6 +321,7 @@ def _summarise(runs: list[dict[str, Any]]) -> dict[str, float]:
         "max_peak_rss_bytes": max(run["peak_rss_bytes"] for run in runs),
         "peak_pss_bytes": statistics.median([run["peak_pss_bytes"] for run in runs]),
         "final_accuracy": statistics.median([run["final_accuracy"] for run in runs]),
+        "failed_client_rounds": sum(run["failed_client_rounds"] for run in runs),
     }
 
 
@@ -367,6 +376,7 @@ def summary_lines(report: dict[str, object]) -> list[str]:
             f"wall {s['wall_seconds']:6.2f} s  peak RSS {s['peak_rss_bytes'] / 1024**3:5.2f} GB "
             f"(PSS {s['peak_pss_bytes'] / 1024**3:4.2f} GB)  "
             f"final accuracy {s['final_accuracy']:.4f}"
+            + (f"  ({s['failed_client_rounds']} client rounds FAILED: see child.log)" if s["failed_client_rounds"] else "")
         )
     for key, target in report["targets"].items():
         value = report["overhead_seconds_per_round"] if key.startswith("overhead") else report[
