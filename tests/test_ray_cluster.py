@@ -108,6 +108,18 @@ def _ports() -> list[str]:
     return [item for option in options for item in (option, str(free_port()))]
 
 
+def _wait_for_port(address: str, log: Path) -> None:
+    """Until the head's GCS accepts connections at `address` (cheaper than a driver's ray.init)."""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex((host, int(port))) == 0:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"the head's GCS did not listen at {address}; see {log}")
+
+
 def _wait_for_nodes(address: str, count: int, log: Path) -> None:
     """Until the cluster at `address` has `count` live nodes (asked from a separate driver process)."""
     probe = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
@@ -138,7 +150,7 @@ def loopback_cluster(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Pope
         with open(log, "w") as handle:
             nodes.append(subprocess.Popen(head, stdout=handle, stderr=subprocess.STDOUT, env=environment,
                                           start_new_session=True))
-            _wait_for_nodes(address, 1, log)
+            _wait_for_port(address, log)
             nodes.append(subprocess.Popen(worker, stdout=handle, stderr=subprocess.STDOUT, env=environment,
                                           start_new_session=True))
             _wait_for_nodes(address, 2, log)
