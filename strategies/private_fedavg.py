@@ -16,6 +16,8 @@ Differences from Flower's FedAvg, and why:
   `stopped-no-client-can-train` when no client is left or none trained for max-idle-rounds rounds.
 - The strategy's state (spent and excluded clients, idle rounds) is keyed by partition id, so that a
   checkpoint restores it in a new federation whose node ids differ.
+- With keep_updates, each round's record keeps the weights sent and every trainer's returned weights
+  (what the coordinator sees), for the run folder's updates/ and the update-view audit.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def seeded_sample(seed: int, purpose: str, server_round: int, ordered: list[int]
 class PrivateFedAvg(FedAvg):
     """FedAvg with seeded sampling by partition id and per-client budgets (see module docstring)."""
 
-    def __init__(self, *, seed: int, fraction_train: float, fraction_evaluate: float) -> None:
+    def __init__(self, *, seed: int, fraction_train: float, fraction_evaluate: float, keep_updates: bool = False) -> None:
         super().__init__(
             fraction_train=fraction_train,
             fraction_evaluate=fraction_evaluate,
@@ -52,6 +54,8 @@ class PrivateFedAvg(FedAvg):
             min_available_nodes=1,
         )
         self.seed = seed
+        self.keep_updates = keep_updates
+        self.sent: ArrayRecord | None = None
         self.partition_of: dict[int, int] = {}
         self.exhausted: set[int] = set()
         """Partitions whose budget is spent: never sampled again."""
@@ -112,6 +116,7 @@ class PrivateFedAvg(FedAvg):
         if not eligible:
             return []
         config["server-round"] = server_round
+        self.sent = arrays
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         nodes = self._sample(server_round, self.fraction_train, eligible, "train")
         return self._construct_messages(record, nodes, MessageType.TRAIN)
@@ -137,7 +142,7 @@ class PrivateFedAvg(FedAvg):
         """Weighted average of the private updates (in partition-id order); per-client eps kept, the max
         reported; refusals and failures recorded with the ledgers they report."""
         valid, errors = self._check_and_log_replies(replies, is_train=True)
-        record = self.current = RoundRecord(server_round)
+        record = self.current = RoundRecord(server_round, sent=self.sent if self.keep_updates else None)
         for reply in errors:
             partition = self.partition_of[reply.metadata.src_node_id]
             text, ledger = parse_error_reason(reply.error.reason or "")
@@ -155,6 +160,8 @@ class PrivateFedAvg(FedAvg):
             metrics = {key: float(cast(float, value)) for key, value in reply.content.metric_records["metrics"].items()}
             partition = self.partition_of[reply.metadata.src_node_id]
             record.trained[partition] = metrics
+            if self.keep_updates:
+                record.returned[partition] = reply.content.array_records[self.arrayrecord_key]
             if not metrics["can-continue"]:
                 self.exhausted.add(partition)
         record.spent = set(self.exhausted)
