@@ -35,7 +35,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dirichlet_fl.files import write_atomically
 from dirichlet_fl.runs import FinishedRun, load_round_updates, load_run
 from privacy.attacks import (
     Verdict,
@@ -398,16 +398,10 @@ def audit_finished_run(
     return RunAudit(loss_pooled, per_client, attacks, utility, run.config.mechanism, holds)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
 def save_audit(run_dir: Path, result: RunAudit) -> None:
     """audit.json (RunAudit.to_dict) and audit_roc.png (pooled attacks, and the loss attack per client
     for up to 10 clients)."""
-    _write_atomically(run_dir / AUDIT_JSON, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
+    write_atomically(run_dir / AUDIT_JSON, (json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n").encode())
     curves: dict[str, AuditReport] = {
         f"{attack.view} {attack.name}": attack.report
         for attack in result.attacks if attack.scope == "pooled" and not attack.name.startswith("one-run")

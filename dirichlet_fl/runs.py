@@ -348,10 +348,10 @@ def save_round_updates(directory: Path, server_round: int, sent: ArrayRecord, re
     arrays: dict[str, Any] = {"global": base}
     for client, weights in sorted(returned.items()):
         arrays[f"client-{client}"] = flatten_state(weights.to_torch_state_dict()) - base
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
     target = folder / f"round-{server_round:04d}.npz"
-    temporary = folder / f".round-{server_round:04d}.tmp.npz"
-    np.savez_compressed(temporary, **arrays)
-    os.replace(temporary, target)
+    write_atomically(target, buffer.getvalue())
     return target
 
 
