@@ -89,7 +89,7 @@ def human_report(run_dir: Path, result: RunAudit) -> str:
     lines += [describe(attack) for attack in result.attacks]
     lines += [
         f"utility: final accuracy {utility.accuracy:.4f}; {control}",
-        f"verdict: {'VIOLATION' if overall.label == 'violation' else overall.label}: {overall.reason}",
+        f"verdict: {overall.reason.replace('violation:', 'VIOLATION:', 1) if overall.label == 'violation' else overall.reason}",
         f"saved {AUDIT_JSON} and {AUDIT_PNG} in {run_dir}",
     ]
     return "\n".join(lines)
