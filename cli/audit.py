@@ -1,5 +1,5 @@
-"""`dirichlet-fl audit RUN_DIR`: a membership-inference audit of a finished run's global model
-(dirichlet_fl.run_audit), printed for a person or as one JSON object."""
+"""`dirichlet-fl audit RUN_DIR`: a membership-inference audit of a finished run per attack and view
+(dirichlet_fl.run_audit), with a verdict at matched utility, printed for a person or as one JSON object."""
 
 from __future__ import annotations
 
@@ -11,22 +11,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the audit's modules (torch, matplotlib) are imported when the command runs
-    from dirichlet_fl.run_audit import RunAudit
-    from privacy.audit import AuditReport
+    from dirichlet_fl.run_audit import AttackResult, RunAudit
 
 PROG = "dirichlet-fl audit"
+VIEW_CHOICES = ("final-model", "updates", "all")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "audit",
-        help="membership-inference audit of a finished run's model",
-        description="Loss-threshold membership inference against a run's final global model: AUC, TPR at "
-        "low FPR and an empirical eps lower bound (Clopper-Pearson 95%%), pooled and per client, next to "
-        "each client's claimed eps. Writes audit.json and audit_roc.png into RUN_DIR.",
+        help="membership-inference audit of a finished run (final model, and the coordinator's view of updates)",
+        description="Membership inference against a run: loss-threshold and one-run attacks on the final global "
+        "model, and a canary-gradient attack on every round's client updates (--view updates, runs kept with "
+        "keep-updates=true). Per attack and view: AUC, TPR at 1%% and 0.1%% FPR and an empirical eps lower bound "
+        "(95%%), pooled and per client, next to each client's claimed eps and delta, and a verdict at matched "
+        "utility against a non-private control run (--control). Writes audit.json and audit_roc.png into RUN_DIR.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (config.json, model.pt, summary.json)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--view", choices=VIEW_CHOICES, default="final-model",
+                        help="what to attack: the final model (default), the kept per-round updates, or all")
+    parser.add_argument("--control", metavar="CONTROL_DIR", default=None,
+                        help="the same job run with mechanism=none: the accuracy to match (without it no "
+                        "'no violation' can be shown)")
+    parser.add_argument("--margin", type=float, default=None,
+                        help="matched utility: accuracy at most this far below the control's (default 0.03)")
     parser.add_argument(
         "--max-candidates",
         type=int,
@@ -37,56 +46,73 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _claim(report: AuditReport) -> str:
-    return "no eps claim (not private)" if math.isinf(report.claimed_eps) else f"claimed eps {report.claimed_eps:.4g}"
+def _claim(claimed_eps: float) -> str:
+    return "no eps claim (not private)" if math.isinf(claimed_eps) else f"claimed eps {claimed_eps:.4g}"
 
 
-def describe(name: str, report: AuditReport) -> str:
-    """One line: sizes, AUC, TPR at low FPR, and the eps bound against the claim, naming delta."""
+def describe(attack: AttackResult) -> str:
+    """One line: view, attack, scope, sizes, AUC, TPR at low FPR, the bound against the claim (naming delta), verdict."""
+    report = attack.report
+    extra = ""
+    if "guesses" in attack.details:
+        extra = f" ({attack.details['correct']} of {attack.details['guesses']} one-run guesses right)"
+    if attack.details.get("eps_estimate") is not None:
+        extra = f" (Gaussian estimate eps ~ {attack.details['eps_estimate']:.3f}, no confidence level)"
     return (
-        f"{name}: {report.num_members} members, {report.num_nonmembers} non-members: AUC {report.auc:.3f}, "
-        f"TPR {report.tpr_at_fpr_1pct:.1%} at FPR 1%, {report.tpr_at_fpr_01pct:.1%} at FPR 0.1%; "
-        f"empirical eps >= {report.eps_lower_bound:.3f} vs {_claim(report)} (delta={report.delta:g})"
-    )
-
-
-def violation_line(name: str, report: AuditReport) -> str:
-    return (
-        f"VIOLATION: {name}: empirical eps >= {report.eps_lower_bound:.3f} exceeds the claimed eps "
-        f"{report.claimed_eps:.4g} at delta={report.delta:g} ({report.confidence:.0%} confidence); "
-        f"the claim covers {report.covers}"
+        f"{attack.view} / {attack.name} / {attack.scope}: {report.num_members} members, {report.num_nonmembers} "
+        f"non-members: AUC {report.auc:.3f}, TPR {report.tpr_at_fpr_1pct:.1%} at FPR 1%, "
+        f"{report.tpr_at_fpr_01pct:.1%} at FPR 0.1%; empirical eps >= {attack.eps_lower_bound:.3f} "
+        f"({report.confidence:.0%}){extra} vs {_claim(report.claimed_eps)} (delta={report.delta:g}): "
+        f"{'VIOLATION' if attack.verdict.label == 'violation' else attack.verdict.label}"
     )
 
 
 def human_report(run_dir: Path, result: RunAudit) -> str:
-    """The printed report: method, what the claim covers, caveats, pooled and per-client lines, violations."""
+    """The printed report: method, coverage, caveats, one line per attack, view and scope, the utility
+    match against the control, and the verdict."""
     from dirichlet_fl.run_audit import AUDIT_JSON, AUDIT_PNG, SPLIT_CAVEAT
 
-    pooled = result.pooled
+    utility = result.utility
+    control = (f"control ({utility.control}) accuracy {utility.control_accuracy:.4f}, margin {utility.margin:g}: "
+               f"{'matched' if utility.matched else 'NOT matched: the model underfits'}"
+               if utility.control_accuracy is not None else "no control run given (--control RUN_DIR)")
+    overall = result.verdict()
     lines = [
-        f"membership audit of {run_dir} (loss-threshold attack; threshold chosen on one random half of the "
-        f"candidates, rates measured on the other, Clopper-Pearson {pooled.confidence:.0%})",
-        f"mechanism {result.mechanism}: its eps covers {pooled.covers}",
+        f"membership audit of {run_dir} (split-half attacks: threshold chosen on one random half of the "
+        f"candidates, rates measured on the other, Clopper-Pearson {result.pooled.confidence:.0%}; one-run: "
+        "Steinke, Nasr and Jagielski 2023)",
+        f"mechanism {result.mechanism}: its eps covers {result.pooled.covers}",
         f"candidates: {SPLIT_CAVEAT}",
     ]
     if not result.accountant_assumptions_hold:
         lines.append("note: this run broke the accountant's assumptions (batch-dependent layers); its eps is void")
-    entries = {"pooled": pooled, **{f"client {client}": report for client, report in result.clients.items()}}
-    lines += [describe(name, report) for name, report in entries.items()]
-    lines += [violation_line(name, report) for name, report in entries.items() if report.violation]
-    lines.append(f"saved {AUDIT_JSON} and {AUDIT_PNG} in {run_dir}")
+    lines += [describe(attack) for attack in result.attacks]
+    lines += [
+        f"utility: final accuracy {utility.accuracy:.4f}; {control}",
+        f"verdict: {overall.reason.replace('violation:', 'VIOLATION:', 1) if overall.label == 'violation' else overall.reason}",
+        f"saved {AUDIT_JSON} and {AUDIT_PNG} in {run_dir}",
+    ]
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dirichlet_fl.run_audit import DEFAULT_MAX_CANDIDATES, audit_finished_run, save_audit
+    from dirichlet_fl.run_audit import DEFAULT_MARGIN, DEFAULT_MAX_CANDIDATES, VIEWS, audit_finished_run, save_audit
     from dirichlet_fl.runs import load_run
 
     run_dir = Path(args.run_dir)
+    views = VIEWS if args.view == "all" else (args.view,)
+    margin = DEFAULT_MARGIN if args.margin is None else args.margin
     try:
         if not run_dir.is_dir():
             raise FileNotFoundError(f"run folder {run_dir} does not exist")
-        result = audit_finished_run(load_run(run_dir), max_candidates=args.max_candidates or DEFAULT_MAX_CANDIDATES, seed=args.seed)
+        if not 0.0 <= margin < 1.0:
+            raise ValueError(f"--margin={margin} is out of range: it must lie in [0, 1)")
+        if args.control is not None and not Path(args.control).is_dir():
+            raise FileNotFoundError(f"--control {args.control}: the control run folder does not exist")
+        result = audit_finished_run(
+            load_run(run_dir), max_candidates=args.max_candidates or DEFAULT_MAX_CANDIDATES, seed=args.seed,
+            control_dir=args.control, views=views, margin=margin,
+        )
         save_audit(run_dir, result)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)

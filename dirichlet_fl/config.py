@@ -77,6 +77,7 @@ class RunConfig:
     audit: bool = False
     max_idle_rounds: int = 2
     resume_from: str = ""
+    keep_updates: bool = False
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:

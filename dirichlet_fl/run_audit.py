@@ -1,59 +1,181 @@
-"""The membership-inference audit of a finished run's global model (`dirichlet-fl audit RUN_DIR`,
-and the server at the end of a run with audit=true).
+"""The membership-inference audit of a finished run (`dirichlet-fl audit RUN_DIR`, and the server at the
+end of a run with audit=true), per attack and per view, with a verdict at matched utility.
+
+Views and attacks (privacy.attacks; higher score = member):
+- final-model / loss: -loss of each candidate under the final global model, threshold chosen on one
+  random half of the candidates and measured on the other (split-half Clopper-Pearson bound);
+- final-model / one-run loss: one-run auditing (Steinke, Nasr and Jagielski 2023) on the same scores:
+  "in" for the k most member-like candidates, "out" for the k least, k a fixed fraction of them
+  (ONE_RUN_FRACTIONS, Bonferroni over the fractions);
+- updates / canary-gradient (only `view="updates"`, on a run kept with keep-updates=true): the
+  coordinator's view of every round. Each candidate's canary direction is its own cross-entropy
+  gradient at the global weights of the round; its score is the largest cosine, over the rounds its
+  client trained, between the client's update and minus that gradient (a client that trained on the
+  example moved against its gradient). Per client, the Gaussian eps ESTIMATE of Andrew et al. (2024)
+  and a split-half bound (privacy.attacks.cosine_view_audit).
 
 Members are each client's training examples, non-members the run's test split (never trained on),
-matched class by class and balanced, so that the attack cannot win by telling classes apart (a
-client with a label-skewed shard against the test set's class mix). The loss-threshold attack of
-privacy.audit gives AUC, TPR at low FPR and an empirical eps lower bound, pooled over clients and per
-client, next to each client's claimed eps (its final eps from summary.json; the pooled claim is the
-largest). Writes audit.json and audit_roc.png into the run folder.
+matched class by class and balanced, so that the attack cannot win by telling classes apart. Each
+attack is reported pooled over clients and per client, next to each client's claimed eps (its final
+eps from summary.json; the pooled claim is the largest). Offline LiRA and RMIA need reference models
+trained like the target; a federated run has none, so they live in `dirichlet-fl audit-experiment`.
+
+Verdict (privacy.attacks.verdict): "violation" when any bound exceeds its claim; "no violation" only when
+the final model's accuracy is within `margin` of a non-private CONTROL run of the same job
+(`control_dir`: the same config with mechanism=none), since a model that did not learn leaks nothing;
+"inconclusive" when it underfits or when no control was given (a run with mechanism none is its own).
 
 Caveat printed with every report: a fixed train/test split is not a random assignment of candidates,
-so the bound is a valid DP lower bound only insofar as the split was random (as the stratified
+so the bounds are valid DP lower bounds only insofar as the split was random (as the stratified
 random splits made for digits and mnist-idx are); `dirichlet-fl audit-experiment` randomises it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor, nn
 
-from dirichlet_fl.runs import FinishedRun, load_run
+from dirichlet_fl.files import write_atomically
+from dirichlet_fl.runs import FinishedRun, load_round_updates, load_run
+from privacy.attacks import (
+    Verdict,
+    cosine_view_audit,
+    one_run_eps_lower_bound,
+    one_run_guesses,
+    verdict,
+)
 from privacy.audit import AuditReport, audit, per_example_losses, plot_roc
 from privacy.registry import covers
 
 DEFAULT_MAX_CANDIDATES = 4000
 """Members plus non-members per audit (half each, at most): enough for eps bounds near 2, seconds on a CPU."""
+DEFAULT_UPDATE_CANDIDATES = 400
+"""Members plus non-members per client in the update view (each needs one gradient per round)."""
+DEFAULT_MARGIN = 0.03
+"""Matched utility: the audited model may be at most 3 accuracy points below the control."""
+CONFIDENCE = 0.95
+ONE_RUN_FRACTIONS = (0.02, 0.05, 0.1, 0.25)
+"""One-run guesses k = fraction x candidates "in" and as many "out", each fraction at beta / 4 (Bonferroni)."""
+VIEWS = ("final-model", "updates")
 MAX_PLOTTED_CLIENTS = 10
 AUDIT_JSON, AUDIT_PNG = "audit.json", "audit_roc.png"
 SPLIT_CAVEAT = (
     "members are the clients' training examples and non-members the test split (matched class by class); "
-    "the eps bound is a valid DP lower bound only insofar as that split was random"
+    "the eps bounds are valid DP lower bounds only insofar as that split was random"
 )
 
 
 @dataclass(frozen=True)
+class AttackResult:
+    """One attack in one view on one scope (pooled or a client): its bound next to the claim, and a verdict.
+
+    `report` holds the AUC, TPR at low FPR and ROC of the scores the attack used; for one-run auditing
+    its bound is the one-run bound (`details` has the guesses), not the report's split-half bound.
+    """
+
+    name: str
+    view: str
+    scope: str
+    eps_lower_bound: float
+    report: AuditReport
+    verdict: Verdict
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        claimed = self.report.claimed_eps
+        return {
+            "name": self.name,
+            "view": self.view,
+            "scope": self.scope,
+            "auc": self.report.auc,
+            "tpr_at_fpr_1pct": self.report.tpr_at_fpr_1pct,
+            "tpr_at_fpr_01pct": self.report.tpr_at_fpr_01pct,
+            "eps_lower_bound": self.eps_lower_bound,
+            "confidence": self.report.confidence,
+            "claimed_eps": claimed if math.isfinite(claimed) else None,
+            "delta": self.report.delta,
+            "num_members": self.report.num_members,
+            "num_nonmembers": self.report.num_nonmembers,
+            "verdict": self.verdict.label,
+            "reason": self.verdict.reason,
+            **self.details,
+        }
+
+
+@dataclass(frozen=True)
+class Utility:
+    """The audited model's accuracy, the control's (None without a control run) and the margin."""
+
+    accuracy: float
+    control_accuracy: float | None
+    control: str
+    margin: float
+
+    @property
+    def matched(self) -> bool | None:
+        if self.control_accuracy is None:
+            return None
+        return self.accuracy >= self.control_accuracy - self.margin
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"accuracy": self.accuracy, "control_accuracy": self.control_accuracy, "control": self.control,
+                "margin": self.margin, "matched": self.matched}
+
+
+@dataclass(frozen=True)
 class RunAudit:
-    """A run's audit: pooled over all clients' examples, and per client (by client id)."""
+    """A run's audit: every attack, view and scope; the loss attack's pooled and per-client reports."""
 
     pooled: AuditReport
     clients: dict[int, AuditReport]
+    attacks: list[AttackResult]
+    utility: Utility
     mechanism: str
     accountant_assumptions_hold: bool
 
+    def strongest(self) -> AttackResult:
+        """The pooled attack (any view) with the largest bound; per-client results when nothing is pooled."""
+        pooled = [attack for attack in self.attacks if attack.scope == "pooled"] or self.attacks
+        return max(pooled, key=lambda attack: (attack.eps_lower_bound, attack.report.auc))
+
+    def verdict(self) -> Verdict:
+        """A violation by any attack on any scope; else every attack's common verdict (the strongest's reason)."""
+        violations = [attack for attack in self.attacks if attack.verdict.label == "violation"]
+        if violations:
+            worst = max(violations, key=lambda attack: attack.eps_lower_bound - attack.report.claimed_eps)
+            return Verdict("violation", f"{worst.verdict.reason} ({worst.name}, {worst.view}, {worst.scope})")
+        return self.strongest().verdict
+
     def to_dict(self) -> dict[str, Any]:
-        """The pooled report's fields at top level, plus the per-client reports and the caveats."""
+        """Top level: the strongest attack's auc / eps_lower_bound / claimed_eps / violation (as before),
+        the overall verdict, `attacks` (every attack, view and scope), the utility match and the caveats."""
+        strongest = self.strongest()
+        overall = self.verdict()
         return {
             **self.pooled.to_dict(),
+            "auc": strongest.report.auc,
+            "tpr_at_fpr_1pct": strongest.report.tpr_at_fpr_1pct,
+            "tpr_at_fpr_01pct": strongest.report.tpr_at_fpr_01pct,
+            "eps_lower_bound": strongest.eps_lower_bound,
+            "claimed_eps": strongest.to_dict()["claimed_eps"],
+            "violation": overall.label == "violation",
+            "strongest_attack": {"name": strongest.name, "view": strongest.view},
+            "verdict": overall.label,
+            "reason": overall.reason,
+            "utility": self.utility.to_dict(),
             "mechanism": self.mechanism,
             "accountant_assumptions_hold": self.accountant_assumptions_hold,
             "candidates": SPLIT_CAVEAT,
+            "attacks": [attack.to_dict() for attack in self.attacks],
             "clients": [{"id": client, **report.to_dict()} for client, report in self.clients.items()],
         }
 
@@ -88,75 +210,213 @@ def _claimed_epsilon(client: dict[str, Any]) -> float:
     return math.inf if value is None else float(value)
 
 
-def _audit_members(
-    run: FinishedRun,
-    member_index: np.ndarray,
-    test_losses: np.ndarray,
-    claimed_eps: float,
-    delta: float,
-    max_candidates: int,
-    rng: np.random.Generator,
-) -> AuditReport:
-    """Audit the training examples `member_index` against label-matched test examples."""
-    member_labels = run.data.train_y.numpy()[member_index]
+@dataclass(frozen=True)
+class Scope:
+    """Whose examples are audited (pooled or one client), against which claim."""
+
+    name: str
+    member_index: np.ndarray
+    claimed_eps: float
+    delta: float
+    seed: list[int]
+
+
+def one_run_result(scores: np.ndarray, is_member: np.ndarray, delta: float) -> tuple[float, dict[str, Any]]:
+    """The best Bonferroni-corrected one-run bound over ONE_RUN_FRACTIONS, and its guesses."""
+    beta = (1.0 - CONFIDENCE) / len(ONE_RUN_FRACTIONS)
+    best: tuple[float, dict[str, Any]] = (-1.0, {})
+    for fraction in ONE_RUN_FRACTIONS:
+        k = max(1, int(fraction * len(scores)))
+        guesses, correct = one_run_guesses(scores, is_member, k, k)
+        bound = one_run_eps_lower_bound(guesses, correct, len(scores), delta, beta)
+        if bound > best[0]:
+            best = (bound, {"guesses": guesses, "correct": correct, "canaries": len(scores)})
+    return best
+
+
+def _final_model_attacks(
+    run: FinishedRun, scope: Scope, test_losses: np.ndarray, max_candidates: int, utility: Utility, claim_covers: str
+) -> tuple[AuditReport, list[AttackResult]]:
+    """Loss and one-run loss attacks on the scope's members against label-matched test examples."""
+    rng = np.random.default_rng(scope.seed)
+    member_labels = run.data.train_y.numpy()[scope.member_index]
     members, nonmembers = matched_candidates(member_labels, run.data.test_y.numpy(), max_candidates, rng)
-    chosen = torch.as_tensor(member_index[members])
-    member_losses = per_example_losses(run.model, run.data.train_x[chosen], run.data.train_y[chosen])
-    return audit(
-        -member_losses,
-        -test_losses[nonmembers],
-        claimed_eps=claimed_eps,
-        delta=delta,
-        covers=covers(run.config.mechanism),
-        rng=rng,
-    )
+    chosen = torch.as_tensor(scope.member_index[members])
+    member_scores = -per_example_losses(run.model, run.data.train_x[chosen], run.data.train_y[chosen])
+    nonmember_scores = -test_losses[nonmembers]
+    report = audit(member_scores, nonmember_scores, claimed_eps=scope.claimed_eps, delta=scope.delta,
+                   covers=claim_covers, rng=rng, confidence=CONFIDENCE)
+    scores = np.concatenate([member_scores, nonmember_scores])
+    is_member = np.arange(len(scores)) < len(member_scores)
+    bound, details = one_run_result(scores, is_member, scope.delta)
+    return report, [
+        AttackResult("loss", "final-model", scope.name, report.eps_lower_bound, report,
+                     _verdict(report.eps_lower_bound, scope.claimed_eps, utility)),
+        AttackResult("one-run loss", "final-model", scope.name, bound, report,
+                     _verdict(bound, scope.claimed_eps, utility), details),
+    ]
 
 
-def audit_finished_run(run: FinishedRun, *, max_candidates: int = DEFAULT_MAX_CANDIDATES, seed: int = 0) -> RunAudit:
-    """Pooled and per-client audits of a loaded run (see the module docstring for the candidates)."""
+def _verdict(bound: float, claimed_eps: float, utility: Utility) -> Verdict:
+    """privacy.attacks.verdict at matched utility; without a control, "no violation" cannot be shown."""
+    result = verdict(bound, claimed_eps, utility.accuracy, utility.control_accuracy, utility.margin)
+    if result.label == "no violation" and utility.control_accuracy is None:
+        return Verdict("inconclusive", f"inconclusive: {result.reason.split(': ', 1)[1]}, but no control run to "
+                       "match utility against (--control RUN_DIR: the same job with mechanism none)")
+    return result
+
+
+def _flat_parameter_gradients(model: nn.Module) -> Callable[[Tensor, Tensor], Tensor]:
+    """(inputs, labels) -> per-example cross-entropy gradients [n, d], laid out like runs.flatten_state
+    (state_dict order; zeros for buffers), via torch.func."""
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    buffers = {name: b.detach() for name, b in model.named_buffers()}
+    layout = [(name, tensor.numel()) for name, tensor in model.state_dict().items()]
+
+    def loss(parameters: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
+        logits = torch.func.functional_call(model, (parameters, buffers), (x.unsqueeze(0),))
+        return nn.functional.cross_entropy(logits, y.unsqueeze(0))
+
+    per_example = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))
+
+    def gradients(inputs: Tensor, labels: Tensor) -> Tensor:
+        grads = per_example(params, inputs, labels)
+        columns = [grads[name].reshape(len(labels), -1) if name in grads else torch.zeros(len(labels), size)
+                   for name, size in layout]
+        return torch.cat(columns, dim=1)
+
+    return gradients
+
+
+def _update_view_attacks(
+    run: FinishedRun, scopes: list[Scope], max_candidates: int, utility: Utility, claim_covers: str
+) -> list[AttackResult]:
+    """The canary-gradient attack on each client's kept updates (see the module docstring)."""
+    rounds = load_round_updates(run.directory)
+    model = copy.deepcopy(run.model).eval()
+    candidates: dict[str, tuple[Tensor, Tensor, np.ndarray]] = {}
+    for scope in scopes:
+        rng = np.random.default_rng([*scope.seed, 7])
+        labels = run.data.train_y.numpy()[scope.member_index]
+        members, nonmembers = matched_candidates(labels, run.data.test_y.numpy(), max_candidates, rng)
+        inputs = torch.cat([run.data.train_x[torch.as_tensor(scope.member_index[members])], run.data.test_x[torch.as_tensor(nonmembers)]])
+        targets = torch.cat([run.data.train_y[torch.as_tensor(scope.member_index[members])], run.data.test_y[torch.as_tensor(nonmembers)]])
+        candidates[scope.name] = (inputs, targets, np.arange(len(targets)) < len(members))
+    best = {scope.name: np.full(len(candidates[scope.name][1]), -1.0) for scope in scopes}
+    keys = list(model.state_dict())
+    for kept in rounds:
+        offsets = np.cumsum([0] + [tensor.numel() for tensor in model.state_dict().values()])
+        state = {key: torch.as_tensor(kept.global_weights[offsets[i]:offsets[i + 1]]).reshape(model.state_dict()[key].shape)
+                 for i, key in enumerate(keys)}
+        model.load_state_dict(state)
+        gradients = _flat_parameter_gradients(model)
+        for scope in scopes:
+            client = int(scope.name.split()[1])
+            if client not in kept.updates:
+                continue
+            directions = gradients(*candidates[scope.name][:2]).double().numpy()
+            directions -= directions.mean(axis=0)  # what every candidate shares says nothing about membership
+            update = kept.updates[client].astype(np.float64)
+            norms = np.linalg.norm(directions, axis=1) * max(np.linalg.norm(update), 1e-300)
+            cosines = -(directions @ update) / np.where(norms > 0.0, norms, 1.0)
+            best[scope.name] = np.maximum(best[scope.name], cosines)
+    results = []
+    for scope in scopes:
+        _, _, is_member = candidates[scope.name]
+        view = cosine_view_audit(best[scope.name], is_member, claimed_eps=scope.claimed_eps, delta=scope.delta,
+                                 rng=np.random.default_rng([*scope.seed, 8]), covers=claim_covers, confidence=CONFIDENCE)
+        results.append(AttackResult(
+            "canary-gradient", "updates", scope.name, view.report.eps_lower_bound, view.report,
+            _verdict(view.report.eps_lower_bound, scope.claimed_eps, utility),
+            {"eps_estimate": view.eps_estimate if math.isfinite(view.eps_estimate) else None, "mu": view.mu
+             if math.isfinite(view.mu) else None, "rounds": len(rounds)},
+        ))
+    return results
+
+
+def control_accuracy(control_dir: str | Path, run: FinishedRun) -> float:
+    """The final accuracy of the control run; ValueError when it is not the same job without privacy."""
+    control = load_run(control_dir)
+    if control.config.mechanism != "none":
+        raise ValueError(f"--control {control_dir}: its mechanism is {control.config.mechanism!r}; the control "
+                         "must be the same job with mechanism none")
+    for key in ("dataset", "model", "partitioner", "seed"):
+        if getattr(control.config, key) != getattr(run.config, key) or control.num_clients != run.num_clients:
+            raise ValueError(f"--control {control_dir}: its {key} or client count differs from the audited run's; "
+                             "the control must be the same job with mechanism none")
+    if not isinstance(control.summary.get("final_accuracy"), (int, float)):
+        raise ValueError(f"--control {control_dir}: summary.json has no final_accuracy")
+    return float(control.summary["final_accuracy"])
+
+
+def audit_finished_run(
+    run: FinishedRun,
+    *,
+    max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    seed: int = 0,
+    control_dir: str | Path | None = None,
+    views: tuple[str, ...] = ("final-model",),
+    margin: float = DEFAULT_MARGIN,
+    update_candidates: int = DEFAULT_UPDATE_CANDIDATES,
+) -> RunAudit:
+    """Every attack of the requested views, pooled and per client (see the module docstring)."""
+    unknown = [view for view in views if view not in VIEWS]
+    if unknown:
+        raise ValueError(f"--view {unknown[0]!r} is unknown; valid: {', '.join(VIEWS)}")
+    if not isinstance(run.summary.get("final_accuracy"), (int, float)):
+        raise ValueError(f"{run.directory}: summary.json has no final_accuracy; the verdict needs the model's accuracy")
+    accuracy = float(run.summary["final_accuracy"])
+    if control_dir is not None:
+        utility = Utility(accuracy, control_accuracy(control_dir, run), str(control_dir), margin)
+    elif run.config.mechanism == "none":
+        utility = Utility(accuracy, accuracy, "the run itself (mechanism none)", margin)
+    else:
+        utility = Utility(accuracy, None, "none given", margin)
     clients = {int(entry["id"]): entry for entry in run.summary["clients"]}
-    test_losses = per_example_losses(run.model, run.data.test_x, run.data.test_y)
-    per_client = {
-        client: _audit_members(
-            run,
-            np.asarray(run.train_parts[client]),
-            test_losses,
-            _claimed_epsilon(clients[client]),
-            float(clients[client].get("delta", run.config.delta)),
-            max_candidates,
-            np.random.default_rng([seed, client + 1]),
-        )
+    claim_covers = covers(run.config.mechanism)
+    scopes = [
+        Scope(f"client {client}", np.asarray(run.train_parts[client]), _claimed_epsilon(clients[client]),
+              float(clients[client].get("delta", run.config.delta)), [seed, client + 1])
         for client in sorted(clients)
-    }
-    pooled_claim = max((_claimed_epsilon(entry) for entry in clients.values()), default=math.inf)
-    pooled = _audit_members(
-        run,
-        np.concatenate([np.asarray(part) for part in run.train_parts]),
-        test_losses,
-        pooled_claim,
-        run.config.delta,
-        max_candidates,
-        np.random.default_rng([seed, 0]),
+    ]
+    pooled_scope = Scope(
+        "pooled", np.concatenate([np.asarray(part) for part in run.train_parts]),
+        max((_claimed_epsilon(entry) for entry in clients.values()), default=math.inf), run.config.delta, [seed, 0],
     )
+    attacks: list[AttackResult] = []
+    reports: dict[str, AuditReport] = {}
+    if "final-model" in views:
+        test_losses = per_example_losses(run.model, run.data.test_x, run.data.test_y)
+        for scope in [pooled_scope, *scopes]:
+            reports[scope.name], found = _final_model_attacks(run, scope, test_losses, max_candidates, utility, claim_covers)
+            attacks += found
+    if "updates" in views:
+        attacks += _update_view_attacks(run, scopes, update_candidates, utility, claim_covers)
+    loss_pooled = reports.get("pooled") or attacks[0].report
+    per_client = {int(name.split()[1]): report for name, report in reports.items() if name != "pooled"}
     holds = bool(run.summary.get("accountant_assumptions_hold", True))
-    return RunAudit(pooled, per_client, run.config.mechanism, holds)
+    return RunAudit(loss_pooled, per_client, attacks, utility, run.config.mechanism, holds)
 
 
 def save_audit(run_dir: Path, result: RunAudit) -> None:
-    """audit.json (RunAudit.to_dict) and audit_roc.png (pooled, and per client for up to 10 clients)."""
-    (run_dir / AUDIT_JSON).write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
-    curves: dict[str, AuditReport] = {"pooled": result.pooled}
+    """audit.json (RunAudit.to_dict) and audit_roc.png (pooled attacks, and the loss attack per client
+    for up to 10 clients)."""
+    write_atomically(run_dir / AUDIT_JSON, (json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n").encode())
+    curves: dict[str, AuditReport] = {
+        f"{attack.view} {attack.name}": attack.report
+        for attack in result.attacks if attack.scope == "pooled" and not attack.name.startswith("one-run")
+    }
     if len(result.clients) <= MAX_PLOTTED_CLIENTS:
-        curves.update({f"client {client}": report for client, report in result.clients.items()})
+        curves.update({f"client {client} loss": report for client, report in result.clients.items()})
     plot_roc(curves, run_dir / AUDIT_PNG, f"membership audit: {run_dir.name}")
 
 
-def audit_run(run_dir: str | Path, *, max_candidates: int = DEFAULT_MAX_CANDIDATES, seed: int = 0) -> AuditReport:
-    """Audit the run in `run_dir`, save audit.json and audit_roc.png there, return the pooled report.
-
-    What the server app calls at the end of a run with audit=true.
-    """
+def audit_run(run_dir: str | Path, *, max_candidates: int = DEFAULT_MAX_CANDIDATES, seed: int = 0) -> RunAudit:
+    """Audit the run in `run_dir` (final-model view, plus the update view when it kept its updates), save
+    audit.json and audit_roc.png there, and return the audit. What the server app calls with audit=true."""
     run_dir = Path(run_dir)
-    result = audit_finished_run(load_run(run_dir), max_candidates=max_candidates, seed=seed)
+    run = load_run(run_dir)
+    views = ("final-model", "updates") if run.config.keep_updates else ("final-model",)
+    result = audit_finished_run(run, max_candidates=max_candidates, seed=seed, views=views)
     save_audit(run_dir, result)
-    return result.pooled
+    return result

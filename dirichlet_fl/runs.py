@@ -12,6 +12,11 @@ the run's `status`: completed, stopped-no-client-can-train or failed). After eve
 are written first, then the rows, then the checkpoint, each atomically (dirichlet_fl.files), so a run
 killed at any point leaves a consistent record of every round it completed, and a resumed run
 (RunWriter.resume) cuts any rows past its checkpoint and appends from there.
+
+With keep-updates=true it also keeps what the coordinator sees in every round, for the update-view
+audit (`dirichlet-fl audit RUN_DIR --view updates`): updates/round-NNNN.npz holds `global`, the weights
+the server sent, and `client-<id>`, each trainer's returned weights minus those sent, every one flattened
+in state_dict order to float32 and compressed (about 4 bytes per parameter per trainer and round).
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class RoundRecord:
     excluded: set[int] = field(default_factory=set)
     central: dict[str, float] = field(default_factory=dict)
     federated: dict[str, float] = field(default_factory=dict)
+    sent: ArrayRecord | None = None
+    """The global weights sent for training; with `returned`, kept only when the run keeps updates."""
+    returned: dict[int, ArrayRecord] = field(default_factory=dict)
 
     @property
     def max_epsilon(self) -> float:
@@ -182,8 +190,11 @@ class RunWriter:
         return writer, checkpoint
 
     def record_round(self, record: RoundRecord, arrays: ArrayRecord, strategy_state: dict[str, Any]) -> dict[str, Any]:
-        """Save the global weights, append the round to rounds.csv and ledger.csv, then checkpoint
-        (weights first: the rows never run ahead of model.pt; the checkpoint never ahead of the rows)."""
+        """Save the global weights (and, with keep-updates, the round's updates), append the round to
+        rounds.csv and ledger.csv, then checkpoint (files first: the rows never run ahead of model.pt; the
+        checkpoint never ahead of the rows)."""
+        if self.config.keep_updates and record.sent is not None and record.returned:
+            save_round_updates(self.directory, record.server_round, record.sent, record.returned)
         weights = arrays.to_torch_state_dict()
         self.save_weights_dict(weights)
         row = {
@@ -333,6 +344,53 @@ def check_resumable(original: RunConfig, resumed: RunConfig) -> None:
 
 
 RUN_FILES = ("config.json", "summary.json", "model.pt")
+UPDATES_DIR = "updates"
+
+
+def flatten_state(state: dict[str, torch.Tensor]) -> np.ndarray:
+    """Every tensor of a state_dict, in its order, flattened into one float32 vector."""
+    return np.concatenate([tensor.detach().cpu().reshape(-1).float().numpy() for tensor in state.values()])
+
+
+def save_round_updates(directory: Path, server_round: int, sent: ArrayRecord, returned: dict[int, ArrayRecord]) -> Path:
+    """Write updates/round-NNNN.npz (atomically): the sent global weights and each client's update."""
+    folder = directory / UPDATES_DIR
+    folder.mkdir(exist_ok=True)
+    base = flatten_state(sent.to_torch_state_dict())
+    arrays: dict[str, Any] = {"global": base}
+    for client, weights in sorted(returned.items()):
+        arrays[f"client-{client}"] = flatten_state(weights.to_torch_state_dict()) - base
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    target = folder / f"round-{server_round:04d}.npz"
+    write_atomically(target, buffer.getvalue())
+    return target
+
+
+@dataclass(frozen=True)
+class RoundUpdates:
+    """One round as the coordinator saw it: the global weights sent and each trainer's update (flattened)."""
+
+    server_round: int
+    global_weights: np.ndarray
+    updates: dict[int, np.ndarray]
+
+
+def load_round_updates(run_dir: str | Path) -> list[RoundUpdates]:
+    """Every kept round in order; FileNotFoundError (naming the fix) when the run did not keep updates."""
+    folder = Path(run_dir) / UPDATES_DIR
+    files = sorted(folder.glob("round-*.npz")) if folder.is_dir() else []
+    if not files:
+        raise FileNotFoundError(
+            f"{run_dir}: no {UPDATES_DIR}/round-*.npz; run with --run-config 'keep-updates=true' to keep the "
+            "per-round client updates the update view audits"
+        )
+    rounds = []
+    for path in files:
+        with np.load(path) as stored:
+            updates = {int(key.split("-", 1)[1]): stored[key] for key in stored.files if key.startswith("client-")}
+            rounds.append(RoundUpdates(int(path.stem.split("-")[1]), stored["global"], updates))
+    return rounds
 
 
 @dataclass(frozen=True)

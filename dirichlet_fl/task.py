@@ -89,8 +89,9 @@ def _shard(spec: SplitSpec, partition_id: int, device: str) -> ClientShard:
 
 
 def build_run_model(config: RunConfig, data: ImageData) -> nn.Module:
-    """The configured model, refused if it breaks the accountant's assumptions (BatchNorm) unless opted in."""
-    norm = "batch" if config.allow_batch_norm else "group"
+    """The configured model with its default normalisation (dirichlet_fl.models.MODEL_REGISTRY), or with
+    BatchNorm when opted in; refused if it breaks the accountant's assumptions (BatchNorm) unless opted in."""
+    norm = "batch" if config.allow_batch_norm else None
     model = build_model(config.model, data.in_channels, data.num_classes, data.image_size, norm=norm)
     if config.mechanism == "dirichlet":
         validate_model(model, allow_batch_dependent_layers=config.allow_batch_norm)

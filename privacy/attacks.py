@@ -407,13 +407,32 @@ def update_view_audit(
     in_mask [m] says which canary directions were inserted into training (e.g. added to a client's
     update); the others are the null. The bound is valid when that choice was random.
     """
-    cosines = canary_cosines(updates, canaries)
-    inserted = _labels("in_mask", in_mask, cosines.shape)
-    eps_estimate, mu = gaussian_epsilon_estimate(cosines[inserted], cosines[~inserted], delta)
-    report = audit_scores(
-        cosines, inserted, claimed_eps=claimed_eps, delta=delta, rng=rng, covers=covers, confidence=confidence
+    return cosine_view_audit(
+        canary_cosines(updates, canaries), in_mask, claimed_eps=claimed_eps, delta=delta, rng=rng, covers=covers,
+        confidence=confidence,
     )
-    return UpdateViewAudit(eps_estimate, mu, report, cosines, inserted)
+
+
+def cosine_view_audit(
+    cosines: np.ndarray,
+    in_mask: np.ndarray,
+    *,
+    claimed_eps: float,
+    delta: float,
+    rng: np.random.Generator,
+    covers: str = "the model updates",
+    confidence: float = 0.95,
+) -> UpdateViewAudit:
+    """The estimate and the bound of update_view_audit from cosines already computed, for canaries whose
+    direction changes from round to round (e.g. an example's gradient at each round's global model: the
+    caller takes each canary's largest cosine over the rounds, as canary_cosines does for fixed ones)."""
+    values = np.asarray(cosines, dtype=np.float64).reshape(-1)
+    inserted = _labels("in_mask", in_mask, values.shape)
+    eps_estimate, mu = gaussian_epsilon_estimate(values[inserted], values[~inserted], delta)
+    report = audit_scores(
+        values, inserted, claimed_eps=claimed_eps, delta=delta, rng=rng, covers=covers, confidence=confidence
+    )
+    return UpdateViewAudit(eps_estimate, mu, report, values, inserted)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def validate_model(model: nn.Module, allow_batch_dependent_layers: bool = False)
             f"model has batch-dependent layers {offending[:5]}{' ...' if len(offending) > 5 else ''}: "
             "BatchNorm normalises each example with statistics of the whole batch, so an example's "
             "released output depends on other examples' inputs and Theorem 10 does not cover it. "
-            "Fix: use GroupNorm (every built-in model does unless allow-batch-norm=true), or "
+            "Fix: use GroupNorm or no normalisation (every built-in model does unless allow-batch-norm=true), or "
             "opt in explicitly (run config allow-batch-norm=true), which marks the run as outside "
             "the accountant's assumptions"
         )

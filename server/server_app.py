@@ -71,7 +71,8 @@ def main(grid: Grid, context: Context) -> None:
     config = RunConfig.from_run_config(context.run_config)
     resolve_device(config.device)  # before any folder exists: a missing GPU leaves nothing behind
     strategy = PrivateFedAvg(
-        seed=config.seed, fraction_train=config.fraction_train, fraction_evaluate=config.fraction_evaluate
+        seed=config.seed, fraction_train=config.fraction_train, fraction_evaluate=config.fraction_evaluate,
+        keep_updates=config.keep_updates,
     )
     num_clients = strategy.discover(grid, code_fingerprint(APP_DIR))
     evaluate_fn = _central_evaluator(config, num_clients)
@@ -118,10 +119,11 @@ def main(grid: Grid, context: Context) -> None:
     if config.audit and status == COMPLETED:
         from dirichlet_fl.run_audit import audit_run
 
-        report = audit_run(writer.directory)
-        log(INFO, "audit: AUC %.3f, empirical eps >= %.3f vs claimed %.4f (delta=%g)%s; see %s/audit.json",
-            report.auc, report.eps_lower_bound, report.claimed_eps, config.delta,
-            "  VIOLATION" if report.violation else "", writer.directory)
+        result = audit_run(writer.directory)
+        strongest = result.strongest()
+        log(INFO, "audit: strongest attack %s (%s): AUC %.3f, empirical eps >= %.3f vs claimed %.4f (delta=%g); %s; "
+            "see %s/audit.json", strongest.name, strongest.view, strongest.report.auc, strongest.eps_lower_bound,
+            strongest.report.claimed_eps, config.delta, result.verdict().reason, writer.directory)
     log(INFO if status == COMPLETED else ERROR, "%s %s (%s); results in %s", STATUS_LINE, status, reason, writer.directory)
 
 

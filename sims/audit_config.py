@@ -3,11 +3,32 @@ so that the command line can show their defaults without loading torch."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from privacy.analysis import PAPER_DELTA
 from privacy.checks import check_in_open_interval, check_integer, check_positive
 from privacy.registry import MECHANISMS
+
+CONTROL = "control"
+"""The arm that never trains on a candidate (non-private, on as many other examples): the audit's
+false-alarm level, and the accuracy every other arm is matched against."""
+NORM_CHOICES = ("none", "group", "batch")
+"""dirichlet_fl.models.NORMS, repeated here so that this module stays free of torch (a test checks they agree)."""
+DEFAULT_RATES = (("none", 0.025), ("dpsgd", 0.5))
+"""SGD rates: the non-private one (also the control's), and DP-SGD's on its noisy sum / expected batch size.
+Dirichlet's default is derived from the non-private rate (Section 3.6's kappa rule, see
+sims.audit_experiment.learning_rate)."""
+MIN_REFERENCES = 2
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One trained configuration: a mechanism at a target eps (math.inf for `none` and the control)."""
+
+    name: str
+    mechanism: str
+    epsilon: float
 
 
 @dataclass(frozen=True)
@@ -16,7 +37,7 @@ class ExperimentConfig:
 
     dataset: str = "mnist-idx"
     data_root: str | None = None
-    epsilon: float = 1.0
+    epsilons: tuple[float, ...] = (1.0,)
     delta: float = PAPER_DELTA
     alpha: float = 3.0
     sample_rate: float = 0.01
@@ -24,24 +45,48 @@ class ExperimentConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     candidates: int = 1000
     extra_train: int = 0
-    model: str = "cnn"
-    learning_rate: float = 0.025
-    dpsgd_learning_rate: float = 0.005
+    model: str = "lenet"
+    """A network that fits under the Dirichlet loss with SGD (dirichlet_fl.models.LeNet5x5), so that the
+    arms can match the control's utility."""
+    norm: str | None = None
+    rates: tuple[tuple[str, float], ...] = DEFAULT_RATES
+    """(arm or mechanism name, SGD rate) pairs; an arm's own name (e.g. dirichlet-eps1) wins over its mechanism's."""
     optimizer: str = "sgd"
     max_grad_norm: float = 1.0
     mechanisms: tuple[str, ...] = tuple(MECHANISMS)
+    references: int = 8
+    """K reference models per arm for offline LiRA / RMIA (0: skip those attacks)."""
+    margin: float = 0.03
+    """Matched utility: an arm's accuracy may fall at most this far below the control's for "no violation"."""
     workers: int = 2
+
+    def arms(self) -> list[Arm]:
+        """Every private mechanism at every eps, `none` once, then the control."""
+        arms = []
+        for mechanism in self.mechanisms:
+            if mechanism == "none":
+                arms.append(Arm("none", "none", math.inf))
+            else:
+                arms += [Arm(f"{mechanism}-eps{eps:g}", mechanism, eps) for eps in self.epsilons]
+        return [*arms, Arm(CONTROL, "none", math.inf)]
+
+    def explicit_rate(self, arm: Arm) -> float | None:
+        """The rate given for this arm (by its name, else by its mechanism's; the control uses none's)."""
+        given = dict(self.rates)
+        mechanism = "none" if arm.name == CONTROL else arm.mechanism
+        return given.get(arm.name, given.get(mechanism))
 
     def validate_flags(self) -> None:
         """Raise ValueError naming the flag when a value is out of range (before any data is loaded)."""
-        check_positive("--epsilon", self.epsilon)
+        if not self.epsilons:
+            raise ValueError("--epsilon is empty: give one or more positive numbers, e.g. 1,4")
+        for eps in self.epsilons:
+            check_positive("--epsilon", eps)
         check_in_open_interval("--delta", self.delta, 0.0, 1.0)
         check_positive("--alpha", self.alpha)
         check_in_open_interval("--sample-rate", self.sample_rate, 0.0, 1.0)
         check_integer("--steps", self.steps, 1)
         check_integer("--workers", self.workers, 1)
-        check_positive("--learning-rate", self.learning_rate)
-        check_positive("--dpsgd-learning-rate", self.dpsgd_learning_rate)
         check_positive("--max-grad-norm", self.max_grad_norm)
         if not self.seeds:
             raise ValueError("--seeds=0 is out of range: it must be >= 1")
@@ -50,20 +95,38 @@ class ExperimentConfig:
         unknown = [name for name in self.mechanisms if name not in MECHANISMS]
         if unknown or not self.mechanisms:
             raise ValueError(f"--mechanisms has unknown {unknown}; valid: {', '.join(MECHANISMS)}")
+        if self.norm is not None and self.norm not in NORM_CHOICES:
+            raise ValueError(f"--norm={self.norm!r} is unknown; valid: {', '.join(NORM_CHOICES)}")
+        if self.references != 0 and self.references < MIN_REFERENCES:
+            raise ValueError(f"--references={self.references} is out of range: use 0 (no LiRA/RMIA) or >= 2")
+        if not 0.0 <= self.margin < 1.0:
+            raise ValueError(f"--margin={self.margin} is out of range: it must lie in [0, 1)")
+        names = {arm.name for arm in self.arms()} | set(MECHANISMS)
+        for name, rate in self.rates:
+            if name not in names:
+                raise ValueError(f"--rate has unknown arm {name!r}; valid: {', '.join(sorted(names))}")
+            check_positive(f"--rate {name}", rate)
 
     def validate(self, num_train: int) -> None:
-        """Raise ValueError naming the flag when the split or the plan is impossible."""
+        """validate_flags, then raise ValueError naming the flag when the split is impossible."""
         self.validate_flags()
-        if self.candidates < 8:
-            raise ValueError(f"--candidates={self.candidates} is out of range: it must be >= 8")
-        needed = self.candidates + self.candidates // 2 + self.extra_train
+        needed = 2 * self.candidates + 2 * self.extra_train + self.candidates // 2
         if needed > num_train:
             raise ValueError(
                 f"--candidates={self.candidates} and --extra-train={self.extra_train} need {needed} training "
-                f"examples (candidates, a control set as large as members + extra), but {self.dataset} has {num_train}"
+                f"examples (candidates, a control set as large as members + extra, extra, a population of "
+                f"candidates/2 for RMIA), but {self.dataset} has {num_train}"
             )
-        if not 0.0 < self.sample_rate < 1.0 or self.steps < 1 or not self.seeds or self.workers < 1:
-            raise ValueError("need 0 < --sample-rate < 1, --steps >= 1, at least one seed and --workers >= 1")
-        unknown = [name for name in self.mechanisms if name not in MECHANISMS]
-        if unknown:
-            raise ValueError(f"--mechanisms has unknown {unknown}; valid: {', '.join(MECHANISMS)}")
+
+
+
+def parse_rates(text: str) -> tuple[tuple[str, float], ...]:
+    """'dirichlet=0.7,none=0.025' -> (("dirichlet", 0.7), ("none", 0.025)); ValueError naming the bad item."""
+    pairs = []
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        name, _, value = item.partition("=")
+        try:
+            pairs.append((name.strip(), float(value)))
+        except ValueError:
+            raise ValueError(f"--rate item {item!r} is invalid: write ARM=RATE, e.g. dirichlet=0.7") from None
+    return tuple(pairs)

@@ -20,6 +20,8 @@ Differences from Flower's FedAvg, and why:
   sampled for training; they are re-derived from the split, so they are not part of the state.
 - Only the sampled clients are contacted in a round, so a round's cost grows with the sample, not
   with the population; discover() contacts every node once, at start-up.
+- With keep_updates, each round's record keeps the weights sent and every trainer's returned weights
+  (what the coordinator sees), for the run folder's updates/ and the update-view audit.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def seeded_sample(seed: int, purpose: str, server_round: int, ordered: list[int]
 class PrivateFedAvg(FedAvg):
     """FedAvg with seeded sampling by partition id and per-client budgets (see module docstring)."""
 
-    def __init__(self, *, seed: int, fraction_train: float, fraction_evaluate: float) -> None:
+    def __init__(self, *, seed: int, fraction_train: float, fraction_evaluate: float, keep_updates: bool = False) -> None:
         super().__init__(
             fraction_train=fraction_train,
             fraction_evaluate=fraction_evaluate,
@@ -56,6 +58,8 @@ class PrivateFedAvg(FedAvg):
             min_available_nodes=1,
         )
         self.seed = seed
+        self.keep_updates = keep_updates
+        self.sent: ArrayRecord | None = None
         self.partition_of: dict[int, int] = {}
         self.exhausted: set[int] = set()
         """Partitions whose budget is spent: never sampled again."""
@@ -118,6 +122,7 @@ class PrivateFedAvg(FedAvg):
         if not eligible:
             return []
         config["server-round"] = server_round
+        self.sent = arrays
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         nodes = self._sample(server_round, self.fraction_train, eligible, "train")
         return self._construct_messages(record, nodes, MessageType.TRAIN)
@@ -147,7 +152,7 @@ class PrivateFedAvg(FedAvg):
         """Weighted average of the private updates (in partition-id order); per-client eps kept, the max
         reported; refusals and failures recorded with the ledgers they report."""
         valid, errors = self._check_and_log_replies(replies, is_train=True)
-        record = self.current = RoundRecord(server_round)
+        record = self.current = RoundRecord(server_round, sent=self.sent if self.keep_updates else None)
         for reply in errors:
             partition = self.partition_of[reply.metadata.src_node_id]
             text, ledger = parse_error_reason(reply.error.reason or "")
@@ -165,6 +170,8 @@ class PrivateFedAvg(FedAvg):
             metrics = {key: float(cast(float, value)) for key, value in reply.content.metric_records["metrics"].items()}
             partition = self.partition_of[reply.metadata.src_node_id]
             record.trained[partition] = metrics
+            if self.keep_updates:
+                record.returned[partition] = reply.content.array_records[self.arrayrecord_key]
             if not metrics["can-continue"]:
                 self.exhausted.add(partition)
         record.spent = set(self.exhausted)

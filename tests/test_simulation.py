@@ -27,7 +27,7 @@ def rows(path: Path) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def budget_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Budgets planned for 2 of 3 rounds, one client with its own eps: clients stop when spent."""
-    overrides = {"calibration-rounds": 2, "client-epsilons": "1,2,4", "audit": True}
+    overrides = {"calibration-rounds": 2, "client-epsilons": "1,2,4", "audit": True, "keep-updates": True}
     return run(tmp_path_factory.mktemp("runs"), "budget", 3, **overrides)
 
 
@@ -40,7 +40,11 @@ def test_results_folder_is_complete(budget_run: Path) -> None:
     assert isinstance(summary["final_accuracy"], float) and summary["rounds"] == 2
     assert "inputs only" in summary["epsilon_covers"]
     audit = json.loads((budget_run / "audit.json").read_text())
-    assert {"auc", "eps_lower_bound", "claimed_eps", "violation"} <= set(audit)
+    assert {"auc", "eps_lower_bound", "claimed_eps", "violation", "verdict", "attacks"} <= set(audit)
+    assert {(a["view"], a["scope"]) for a in audit["attacks"] if a["name"] == "canary-gradient"} == {
+        ("updates", f"client {c}") for c in range(3)
+    }
+    assert sorted(p.name for p in (budget_run / "updates").iterdir()) == ["round-0001.npz", "round-0002.npz"]
 
 
 def test_no_client_exceeds_its_budget_and_spent_clients_stop(budget_run: Path) -> None:

@@ -46,6 +46,7 @@ RUN_CONFIG = [  # (--run-config text, the key the message must name)
     ("max-grad-norm=0", "max-grad-norm"),
     ("max-idle-rounds=0", "max-idle-rounds"),
     ("audit=maybe", "audit"),
+    ("keep-updates=maybe", "keep-updates"),
     ("calibration-rounds=-1", "calibration-rounds"),
 ]
 
@@ -97,6 +98,10 @@ def other_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["audit-experiment", "--mechanisms", "foo"], "--mechanisms"),
         (["audit-experiment", "--seeds", "0"], "--seeds"),
         (["audit-experiment", "--optimizer", "rmsprop"], "--optimizer"),
+        (["audit-experiment", "--rate", "dirichlet=-1"], "--rate dirichlet"),
+        (["audit-experiment", "--references", "1"], "--references"),
+        (["audit-experiment", "--margin", "2"], "--margin"),
+        (["audit", str(tmp_path / "none"), "--view", "weights"], "--view"),
         (["bench", "steps", "--batch-size", "0"] + out, "--batch-size"),
         (["bench", "steps", "--device", "tpu"] + out, "--device"),
         (["bench", "accountant", "--repeats", "0"] + out, "--repeats"),

@@ -5,12 +5,13 @@ from __future__ import annotations
 import csv
 import json
 
+import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.runs import RoundRecord, RunWriter
+from dirichlet_fl.runs import RoundRecord, RunWriter, load_round_updates
 
 
 def trained(partition: int, eps: float, steps: int) -> dict[str, float]:
@@ -137,3 +138,26 @@ def test_the_ledger_holds_events_only_and_the_summary_every_client(tmp_path) -> 
                       ("1", "2", "failed", "boom (the client"), ("2", "0", "trained", "")]
     assert [client["id"] for client in summary["clients"]] == [0, 1, 2, 3]
     assert summary["clients"][2]["failed_rounds"] == 1 and summary["clients"][3]["steps"] == 0
+
+
+def test_kept_updates_hold_the_sent_weights_and_each_trainers_difference(tmp_path) -> None:
+    config = RunConfig(results_dir=str(tmp_path), run_name="run", keep_updates=True)
+    writer = RunWriter.create(config, num_clients=2, covers="the outputs")
+    for server_round in (1, 2):
+        record = RoundRecord(server_round, trained={0: trained(0, 0.5, 10)}, sent=weights(1.0),
+                             returned={0: weights(1.5), 1: weights(0.25 * server_round)})
+        writer.record_round(record, weights(2.0), {})
+    rounds = load_round_updates(tmp_path / "run")
+    assert [kept.server_round for kept in rounds] == [1, 2]
+    assert np.array_equal(rounds[0].global_weights, [1.0, 1.0])
+    assert np.allclose(rounds[1].updates[0], [0.5, 0.5]) and np.allclose(rounds[1].updates[1], [-0.5, -0.5])
+    assert sorted(p.name for p in (tmp_path / "run" / "updates").iterdir()) == ["round-0001.npz", "round-0002.npz"]
+
+
+def test_updates_are_not_kept_unless_asked(tmp_path) -> None:
+    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), num_clients=1, covers="x")
+    writer.record_round(RoundRecord(1, trained={0: trained(0, 0.5, 10)}, sent=weights(1.0), returned={0: weights(2.0)}),
+                        weights(2.0), {})
+    assert not (tmp_path / "run" / "updates").exists()
+    with pytest.raises(FileNotFoundError, match="keep-updates=true"):
+        load_round_updates(tmp_path / "run")

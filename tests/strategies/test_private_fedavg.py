@@ -114,3 +114,17 @@ def test_the_run_stops_when_no_client_can_train() -> None:
     s.exhausted = set()
     s.excluded = dict.fromkeys(range(6), "setup failed")
     assert s.stop_reason(max_idle_rounds=2)[0] == "stopped-no-client-can-train"
+
+
+def test_with_keep_updates_the_round_record_holds_what_the_coordinator_saw() -> None:
+    s = PrivateFedAvg(seed=0, fraction_train=1.0, fraction_evaluate=0.0, keep_updates=True)
+    s.partition_of = {17: 0, 5: 1}
+    sent = ArrayRecord({"w": torch.zeros(3)})
+    messages = {s.partition_of[m.metadata.dst_node_id]: m for m in s.configure_train(1, sent, ConfigRecord(), grid=None)}
+    s.aggregate_train(1, [reply(messages[0], 1.0, trainer_metrics(0, 10)), reply(messages[1], 2.0, trainer_metrics(1, 10))])
+    assert s.current.sent is sent
+    assert {p: float(a.to_torch_state_dict()["w"][0]) for p, a in s.current.returned.items()} == {0: 1.0, 1: 2.0}
+    plain = strategy(seed=0, fraction=1.0)
+    messages = {plain.partition_of[m.metadata.dst_node_id]: m for m in plain.configure_train(1, sent, ConfigRecord(), grid=None)}
+    plain.aggregate_train(1, [reply(messages[0], 1.0, trainer_metrics(0, 10))])
+    assert plain.current.sent is None and plain.current.returned == {}
