@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import audit, audit_experiment, bench, calibrate, check, partition
+from cli import audit, audit_experiment, bench, calibrate, check, partition, plot
 
-COMMANDS = (calibrate, partition, audit, audit_experiment, bench, check)
+COMMANDS = (calibrate, partition, audit, audit_experiment, bench, check, plot)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -23,6 +23,7 @@ from dirichlet_fl.task import (
     augmentation,
     build_run_model,
     client_generator,
+    client_learning_rate,
     client_shard,
     evaluate,
     federated_split,
@@ -118,7 +119,8 @@ def train_round(
         model = build_run_model(config, federated_split(config.split_spec(client.num_partitions)).data)
         model = model.to(shard.train_x.device)
         model.load_state_dict(weights)
-        wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, config.learning_rate))
+        learning_rate = client_learning_rate(config, mechanism, model, shard)
+        wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, learning_rate))
         generator = client_generator(config, client.partition_id, server_round, shard.train_x.device)
         mean_loss = train_locally(
             wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate, generator,
@@ -134,6 +136,7 @@ def train_round(
         "partition-id": client.partition_id,
         "train-loss": mean_loss if math.isfinite(mean_loss) else 0.0,
         **ledger_summary(config, client, mechanism),
+        "learning-rate": learning_rate,
         "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
     }
     return RoundOutcome(mechanism, weights=model.state_dict(), metrics=metrics)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from dirichlet_fl.partition import PARTITIONERS
-from privacy.analysis import PAPER_DELTA
+from privacy.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
 from privacy.registry import MECHANISMS
 
@@ -22,6 +22,7 @@ RESUMABLE_KEYS = frozenset(
     {"resume-from", "results-dir", "run-name", "device", "audit", "fraction-evaluate", "max-idle-rounds"}
 )
 """The keys a resumed run may change: none of them touches the data, the split, training or the accounting."""
+LEARNING_RATE_MODES = ("effective", "adaptive", "raw")
 AUGMENT_CHOICES = ("auto", "on", "off")
 
 
@@ -39,13 +40,14 @@ class SplitSpec:
     site_file: str
     seed: int
     num_clients: int
+    validation_fraction: float = 0.0
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """Everything one federated run needs. Defaults are the embedded digits job of README.md."""
 
-    num_server_rounds: int = 15
+    num_server_rounds: int = 5
     calibration_rounds: int = 0
     fraction_train: float = 1.0
     fraction_evaluate: float = 1.0
@@ -53,6 +55,7 @@ class RunConfig:
     dataset: str = "digits"
     data_root: str = "data"
     data_download: bool = False
+    validation_fraction: float = 0.0
     partitioner: str = "dirichlet"
     beta: float = 0.5
     classes_per_client: int = 2
@@ -67,10 +70,12 @@ class RunConfig:
     alpha: float = 3.0
     max_grad_norm: float = 1.0
     batch_size: int = 8
-    local_epochs: float = 1.0
+    local_epochs: float = 3.0
     local_steps: int = 0
     optimizer: str = "sgd"
-    learning_rate: float = 3.0
+    learning_rate: float = 0.05
+    learning_rate_mode: str = "effective"
+    reference_confidence: float = S_Y_FOR_LEARNING_RATE
     device: str = "auto"
     results_dir: str = "results"
     run_name: str = ""
@@ -101,6 +106,7 @@ class RunConfig:
         check_integer("calibration-rounds", self.calibration_rounds, 0)
         check_in_interval("fraction-train", self.fraction_train, 0.0, 1.0, open_low=True)
         check_in_interval("fraction-evaluate", self.fraction_evaluate, 0.0, 1.0)
+        check_in_interval("validation-fraction", self.validation_fraction, 0.0, 0.5)
         check_choice("partitioner", self.partitioner, PARTITIONERS)
         check_positive("beta", self.beta)
         check_integer("classes-per-client", self.classes_per_client, 1)
@@ -118,6 +124,8 @@ class RunConfig:
         check_integer("local-steps", self.local_steps, 0)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_positive("learning-rate", self.learning_rate)
+        check_choice("learning-rate-mode", self.learning_rate_mode, LEARNING_RATE_MODES)
+        check_in_interval("reference-confidence", self.reference_confidence, 0.0, 1.0, open_low=True)
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device={self.device!r} is invalid: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
         if self.run_name in (".", "..") or any(mark in self.run_name for mark in ("/", "\\", "\0")):
@@ -173,6 +181,7 @@ class RunConfig:
             site_file=self.site_file,
             seed=self.seed,
             num_clients=num_clients,
+            validation_fraction=self.validation_fraction,
         )
 
     def local_steps_per_round(self, sample_rate: float) -> int:

@@ -7,7 +7,8 @@ row per client too small to train; a client that was merely not sampled gets no 
 sampled 10 at a time write about 10 rows a round, not 10,000), model.pt (the global
 weights of the last complete round), checkpoint.pt (everything a resumed run needs: the round, the
 weights, the strategy's state and every client's last known ledger), ledgers/ (each simulated
-client's own durable ledger file, client/ledger_store.py) and summary.json (written at the end, with
+client's own durable ledger file, client/ledger_store.py), curves.png (accuracy, loss and every
+client's eps against its target, redrawn after every round; dirichlet_fl.plots) and summary.json (written at the end, with
 the run's `status`: completed, stopped-no-client-can-train or failed). After every round the weights
 are written first, then the rows, then the checkpoint, each atomically (dirichlet_fl.files), so a run
 killed at any point leaves a consistent record of every round it completed, and a resumed run
@@ -38,6 +39,7 @@ from torch import nn
 from dirichlet_fl.config import RESUMABLE_KEYS, RunConfig
 from dirichlet_fl.data import ImageData
 from dirichlet_fl.files import append_atomically, write_atomically
+from dirichlet_fl.plots import CURVES_FILE, plot_runs
 from dirichlet_fl.task import build_run_model, federated_split
 
 ROUND_COLUMNS = [
@@ -46,6 +48,7 @@ ROUND_COLUMNS = [
 ]
 LEDGER_COLUMNS = [
     "round", "client", "status", "epsilon", "delta", "steps", "target_epsilon", "sample_rate", "noise_parameter",
+    "learning_rate",
     "reason",
 ]
 
@@ -100,6 +103,8 @@ class ClientLedger:
     steps: int = 0
     sample_rate: float = math.nan
     noise: dict[str, float] = field(default_factory=dict)
+    learning_rate: float = math.nan
+    """The SGD rate of its last trained round (dirichlet_fl.task.client_learning_rate)."""
     refused_rounds: int = 0
     failed_rounds: int = 0
 
@@ -108,6 +113,7 @@ class ClientLedger:
         self.epsilon, self.steps = values["epsilon"], int(values["steps"])
         self.target_epsilon, self.sample_rate = values["target-epsilon"], values["sample-rate"]
         self.noise = {k: values[k] for k in ("r", "noise_multiplier") if k in values}
+        self.learning_rate = values.get("learning-rate", self.learning_rate)  # errors report no rate
 
 
 def _json_number(value: float) -> float | None:
@@ -224,6 +230,7 @@ class RunWriter:
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         write_atomically(self.directory / CHECKPOINT, buffer.getvalue())
+        plot_runs([self.directory], self.directory / CURVES_FILE)
         return row
 
     def _update_ledger(self, record: RoundRecord) -> dict[int, dict[str, Any]]:
@@ -258,6 +265,7 @@ class RunWriter:
                 "target_epsilon": ledger.target_epsilon,
                 "sample_rate": ledger.sample_rate,
                 "noise_parameter": ";".join(f"{k}={v:.10g}" for k, v in ledger.noise.items()),
+                "learning_rate": ledger.learning_rate,
                 "reason": reason,
             }
         return rows
@@ -301,6 +309,7 @@ class RunWriter:
                     "delta": self.config.delta,
                     "steps": ledger.steps,
                     "sample_rate": _json_number(ledger.sample_rate),
+                    "learning_rate": _json_number(ledger.learning_rate),
                     **{key.replace("-", "_"): value for key, value in ledger.noise.items()},
                     "refused_rounds": ledger.refused_rounds,
                     "failed_rounds": ledger.failed_rounds,

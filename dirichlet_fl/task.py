@@ -7,18 +7,20 @@ test set), every client (its own shard) and the audit (members per client) all d
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
+from sklearn.model_selection import train_test_split
 from torch import Tensor, nn
 
 from dirichlet_fl.config import RunConfig, SplitSpec
 from dirichlet_fl.data import AUGMENTED_BY_DEFAULT, ImageData, load_dataset, random_crop_flip
 from dirichlet_fl.models import build_model
 from dirichlet_fl.partition import partition_indices
-from privacy.mechanisms import MechanismSpec
+from privacy.mechanisms import Mechanism, MechanismSpec
 from privacy.validation import validate_model
 
 
@@ -54,6 +56,8 @@ def federated_split(spec: SplitSpec) -> FederatedSplit:
 @functools.lru_cache(maxsize=2)
 def _split(spec: SplitSpec) -> FederatedSplit:
     data = load_dataset(spec.dataset, spec.data_root or None, download=spec.download)
+    if spec.validation_fraction > 0:
+        data = hold_out_validation(data, spec.validation_fraction, spec.seed)
     train_parts = partition_indices(
         data.train_y.numpy(),
         spec.num_clients,
@@ -65,6 +69,16 @@ def _split(spec: SplitSpec) -> FederatedSplit:
     )
     test_parts = partition_indices(data.test_y.numpy(), spec.num_clients, "iid", seed=spec.seed)
     return FederatedSplit(data, train_parts, test_parts)
+
+
+def hold_out_validation(data: ImageData, fraction: float, seed: int) -> ImageData:
+    """The data with a stratified `fraction` of its training set (fixed by `seed`) as its test set, and
+    the real test set dropped: for tuning (learning rates, rounds) without ever looking at the test set."""
+    labels = data.train_y.numpy()
+    keep, held = train_test_split(np.arange(len(labels)), test_size=fraction, stratify=labels, random_state=seed)
+    keep, held = torch.as_tensor(np.sort(keep)), torch.as_tensor(np.sort(held))
+    return replace(data, name=f"{data.name} (validation)", train_x=data.train_x[keep], train_y=data.train_y[keep],
+                   test_x=data.train_x[held], test_y=data.train_y[held], val_x=None, val_y=None)
 
 
 def client_shard(spec: SplitSpec, partition_id: int, device: torch.device) -> ClientShard:
@@ -159,6 +173,41 @@ def mechanism_spec(config: RunConfig, partition_id: int, num_examples: int, targ
         max_grad_norm=config.max_grad_norm,
         num_examples=num_examples,
     )
+
+
+def client_learning_rate(config: RunConfig, mechanism: Mechanism, model: nn.Module, shard: ClientShard) -> float:
+    """The optimizer rate of one client in one round; the one place this rule lives.
+
+    raw: learning-rate itself. effective: the rate at which the client's private step moves on
+    average like a plain cross-entropy step at learning-rate (Theorem 11): learning-rate / kappa_i(s_y)
+    for a Dirichlet client with its own r*_i, at the fixed reference confidence s_y. adaptive: the
+    same with s_y the global `model`'s mean confidence in the true class on the client's local test
+    share (never on its training examples, so the eps of those is unchanged), measured each round
+    (reference-confidence when the client holds no test examples).
+    DP-SGD and none take learning-rate as given in every mode, and so does Adam: it divides each step
+    by a running root-mean-square of the gradients, so a constant factor kappa on the gradient cancels
+    and dividing the rate by kappa would multiply Adam's step by 1/kappa."""
+    if config.learning_rate_mode == "raw" or config.optimizer == "adam":
+        return config.learning_rate
+    s_y = config.reference_confidence
+    measured = true_class_confidence(model, shard.test_x, shard.test_y) if config.learning_rate_mode == "adaptive" else math.nan
+    if math.isfinite(measured):  # a client without local test examples keeps the reference s_y
+        s_y = max(measured, MIN_CONFIDENCE)
+    return mechanism.step_rate(config.learning_rate, s_y)
+
+
+MIN_CONFIDENCE = 1e-3
+"""Floor of the measured s_y in adaptive mode: kappa(s_y) -> 0 as s_y -> 0, and the rate with it -> inf."""
+
+
+@torch.no_grad()
+def true_class_confidence(model: nn.Module, inputs: Tensor, labels: Tensor) -> float:
+    """Mean softmax probability the model gives the true class (nan without examples)."""
+    if labels.numel() == 0:
+        return math.nan
+    model.eval()
+    probabilities = torch.softmax(model(inputs), dim=-1)
+    return float(probabilities.gather(1, labels.view(-1, 1)).mean())
 
 
 def client_generator(config: RunConfig, partition_id: int, server_round: int, device: torch.device) -> torch.Generator:

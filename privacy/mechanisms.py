@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from privacy.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
-from privacy.analysis import calibrate_r
+from privacy.analysis import calibrate_r, private_learning_rate
 
 if TYPE_CHECKING:  # torch is imported where a mechanism trains, so that the registry stays cheap to import
     import torch
@@ -57,6 +57,11 @@ class Mechanism(ABC):
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
         """Prepare model and optimizer for private training (identity unless the mechanism needs hooks)."""
         return model, optimizer
+
+    def step_rate(self, effective_rate: float, s_y: float) -> float:
+        """The optimizer rate at which this mechanism's expected step equals a plain cross-entropy step
+        at `effective_rate` (reference confidence s_y): the rate itself unless the loss attenuates it."""
+        return effective_rate
 
     @abstractmethod
     def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -178,6 +183,12 @@ class DirichletMechanism(Mechanism):
 
     def parameters(self) -> dict[str, float]:
         return {"r": self.event.r, "alpha": self.event.alpha}
+
+    def step_rate(self, effective_rate: float, s_y: float) -> float:
+        """effective_rate / kappa(s_y) at this client's own r* (Theorem 11, equation (3)): the expected
+        private gradient is kappa times the cross-entropy gradient, so dividing by kappa makes clients
+        with different r* take equally large steps on average."""
+        return private_learning_rate(effective_rate, self.event.r, self.event.alpha, s_y)
 
     def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
         from privacy.dirichlet import dirichlet_nll_loss

@@ -7,13 +7,13 @@ single-threaded worker processes. The splits: `iid` and `noniid` (Dirichlet labe
 over 10 clients, and `central` (one client holding all the training data), all with the same
 rounds, local epochs and batch size, so every example is visited as often in each.
 
-Learning rates: one rate for no privacy; the Dirichlet mechanism's rate is that rate divided by
-kappa(s_y = 0.9) at the run's r* (Theorem 11, privacy.dirichlet.private_learning_rate), so that a private
-step moves like a plain one on average. r* is solved for the nominal client (training examples /
-clients, the actual size in the IID splits); clients of other sizes calibrate their own r* but share
-the run's rate, as in the app. DP-SGD has its own rate (clipped, noised, averaged over the expected
-batch). A Dirichlet cell whose eps lies at or below some client's Theorem 10 floor is reported as
-'unreachable (floor X)', with X the largest client floor, instead of being run.
+Learning rates: each mechanism has its own rate, tuned on a held-out validation split of the training
+data (--validation: 20 % of the training examples, stratified, replace the test set), never on the test
+set. The Dirichlet rate is the app's effective rate (learning-rate-mode = "effective"): each client runs
+SGD at that rate / kappa_i(s_y = 0.9) at its own r* (Theorem 11, dirichlet_fl.task.client_learning_rate).
+DP-SGD's rate is its plain SGD rate (clipped, noised, averaged over the expected batch). A Dirichlet
+cell whose eps lies at or below some client's Theorem 10 floor is reported as 'unreachable (floor X)',
+with X the largest client floor, instead of being run.
 
 Every eps printed is at delta = 1e-5. Outputs: runs.csv (one row per run, written as runs finish, so
 that --resume can finish an interrupted sweep), table.csv and table.md (mean and standard deviation
@@ -35,12 +35,13 @@ from pathlib import Path
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.task import federated_split, mechanism_spec
-from privacy.analysis import PAPER_DELTA, calibrate_r, epsilon_floor, private_learning_rate
+from privacy.analysis import PAPER_DELTA, epsilon_floor
 from sims.fedavg_loop import run_fedavg
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 MECHANISMS = ("none", "dirichlet", "dpsgd")
 SPLITS = ("iid", "noniid", "central")
+VALIDATION_FRACTION = 0.2
 RUN_COLUMNS = ["split", "mechanism", "epsilon", "delta", "seed", "status", "accuracy", "max_client_epsilon",
                "floor", "learning_rate", "noise", "failed_clients", "seconds", "cpu_seconds"]
 
@@ -58,6 +59,7 @@ class Sweep:
     local_epochs: float = 0.5
     batch_size: int = 32
     learning_rate: float = 0.1
+    dirichlet_learning_rate: float = 0.1
     dpsgd_learning_rate: float = 0.5
     max_grad_norm: float = 1.0
     alpha: float = 3.0
@@ -65,6 +67,8 @@ class Sweep:
     epsilons: tuple[float, ...] = EPSILONS
     splits: tuple[str, ...] = SPLITS
     mechanisms: tuple[str, ...] = MECHANISMS
+    validation: bool = False
+    """Evaluate on a 20 % validation split of the training data instead of the test set (for tuning)."""
 
 
 @dataclass(frozen=True)
@@ -89,19 +93,17 @@ def run_config(sweep: Sweep, cell: Cell, learning_rate: float) -> RunConfig:
         mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
         delta=PAPER_DELTA, alpha=sweep.alpha, max_grad_norm=sweep.max_grad_norm, batch_size=sweep.batch_size,
         local_epochs=sweep.local_epochs, optimizer="sgd", learning_rate=learning_rate, device="cpu",
-        fraction_evaluate=0.0, results_dir="",
+        fraction_evaluate=0.0, results_dir="", learning_rate_mode="effective",
+        validation_fraction=VALIDATION_FRACTION if sweep.validation else 0.0,
     )
     config.validate()
     return config
 
 
-def dirichlet_learning_rate(sweep: Sweep, cell: Cell, num_train: int) -> float:
-    """The plain rate divided by kappa(0.9) at r* of the nominal client (Theorem 11)."""
-    nominal = run_config(sweep, cell, sweep.learning_rate)
-    clients = clients_of(sweep, cell.split)
-    spec = mechanism_spec(nominal, 0, num_train // clients, nominal.target_epsilon_for(0, clients))
-    r = calibrate_r(cell.epsilon, PAPER_DELTA, spec.sample_rate, spec.planned_steps, sweep.alpha).r
-    return private_learning_rate(sweep.learning_rate, r, sweep.alpha)
+def learning_rate(sweep: Sweep, mechanism: str) -> float:
+    """The mechanism's rate (the Dirichlet one is effective: each client divides it by its own kappa)."""
+    return {"none": sweep.learning_rate, "dirichlet": sweep.dirichlet_learning_rate,
+            "dpsgd": sweep.dpsgd_learning_rate}[mechanism]
 
 
 def client_floor(config: RunConfig, clients: int) -> float:
@@ -120,16 +122,14 @@ def run_cell(sweep: Sweep, cell: Cell) -> dict[str, object]:
     start, cpu_start = time.perf_counter(), time.process_time()
     clients = clients_of(sweep, cell.split)
     row: dict[str, object] = {**asdict(cell), "delta": PAPER_DELTA, "floor": "", "noise": "", "failed_clients": 0}
-    rate = {"none": sweep.learning_rate, "dpsgd": sweep.dpsgd_learning_rate}.get(cell.mechanism)
+    rate = learning_rate(sweep, cell.mechanism)
+    config = run_config(sweep, cell, rate)
     if cell.mechanism == "dirichlet":
-        config = run_config(sweep, cell, sweep.learning_rate)
         floor = client_floor(config, clients)
         row["floor"] = floor
         if cell.epsilon <= floor:
             return {**row, "status": "unreachable", "accuracy": "", "max_client_epsilon": "", "learning_rate": "",
                     "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
-        rate = dirichlet_learning_rate(sweep, cell, len(federated_split(config.split_spec(clients)).data.train_y))
-    config = run_config(sweep, cell, rate)
     result = run_fedavg(config, clients)
     return {**row, "status": "ok", "accuracy": result.final_accuracy,
             "max_client_epsilon": max(result.client_epsilons.values(), default=0.0),
@@ -193,14 +193,20 @@ def run_all(sweep: Sweep, workers: int, runs_csv: Path, done: list[dict[str, obj
 
 
 def _collect(results, writer: csv.DictWriter, handle, total: int) -> list[dict[str, object]]:
+    """Write each row as its run ends and print progress: runs done of the total, and the time left
+    estimated from the mean wall time per finished run so far."""
     rows = []
+    start = time.perf_counter()
     for row in results:
         rows.append(row)
         writer.writerow(row)
         handle.flush()
         accuracy = f"{row['accuracy']:.4f}" if row["status"] == "ok" else row["status"]
-        print(f"[{len(rows)}/{total}] {row['split']} {row['mechanism']} eps={row['epsilon']:g} (delta={PAPER_DELTA:g}) "
-              f"seed {row['seed']}: {accuracy} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
+        elapsed = time.perf_counter() - start
+        left = elapsed / len(rows) * (total - len(rows))
+        print(f"[{len(rows)}/{total}, {elapsed / 60:.1f} min, about {left / 60:.1f} min left] {row['split']} "
+              f"{row['mechanism']} eps={row['epsilon']:g} (delta={PAPER_DELTA:g}) seed {row['seed']}: {accuracy} "
+              f"({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
     return rows
 
 
@@ -308,13 +314,20 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
     sweep = Sweep(
         dataset=args.dataset, data_root=args.data_root, num_clients=args.num_clients, rounds=args.rounds,
         local_epochs=args.local_epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        dpsgd_learning_rate=args.dpsgd_learning_rate, seeds=tuple(range(args.seeds)), epsilons=epsilons,
-        splits=_subset(args.splits, SPLITS, "--splits"),
-        mechanisms=_subset(args.mechanisms, MECHANISMS, "--mechanisms"),
+        dirichlet_learning_rate=args.dirichlet_learning_rate, dpsgd_learning_rate=args.dpsgd_learning_rate,
+        seeds=tuple(range(args.seeds)), epsilons=epsilons, splits=_subset(args.splits, SPLITS, "--splits"),
+        mechanisms=_subset(args.mechanisms, MECHANISMS, "--mechanisms"), validation=args.validation,
     )
-    if args.quick:
-        sweep = replace(sweep, seeds=(0,), epsilons=(1.0, 4.0), rounds=2)
-    return sweep
+    return quick(sweep) if args.quick else sweep
+
+
+def quick(sweep: Sweep) -> Sweep:
+    """The app's default digits job (its rounds, local epochs, batch size and Dirichlet rate) at eps 1
+    and 4, one seed: every split and mechanism in a few minutes, to check the pipeline."""
+    app = RunConfig()
+    return replace(sweep, dataset=app.dataset, data_root="", rounds=app.num_server_rounds,
+                   local_epochs=app.local_epochs, batch_size=app.batch_size, learning_rate=app.learning_rate,
+                   dirichlet_learning_rate=app.learning_rate, seeds=(0,), epsilons=(1.0, 4.0))
 
 
 def _resumable(out_dir: Path, described: str) -> list[dict[str, object]]:

@@ -103,7 +103,7 @@ class FedAvgLoop:
                                self.config.fraction_train)
         global_state = self.model.state_dict()
         updates, refused, failed = [], 0, 0
-        for partition_id in chosen:
+        for partition_id in sorted(chosen):  # partition order: the strategy averages in this order
             outcome = train_round(self.config, self._client(partition_id), self.saved.get(partition_id),
                                   global_state, server_round)
             if outcome.mechanism is not None:

@@ -19,7 +19,7 @@ import torch
 from dirichlet_fl.simulation import APP_DIR, simulate
 
 TINY = {
-    "num-server-rounds": 6, "local-steps": 2, "partitioner": "iid", "learning-rate": 0.5, "fraction-train": 0.67,
+    "num-server-rounds": 6, "local-steps": 2, "partitioner": "iid", "fraction-train": 0.67,
     "fraction-evaluate": 0.0, "calibration-rounds": 3, "client-epsilons": "1,2,4", "seed": 3,
 }
 CLIENTS = 3

@@ -25,14 +25,22 @@ FLWR = Path(sys.executable).parent / "flwr"
 RUN_CONFIG = "num-server-rounds=1 local-steps=2 fraction-evaluate=0.0 results-dir='{results}'"
 
 
-def copy_checkout(destination: Path, marker: Path) -> Path:
-    """A second checkout: the tracked files of this one, with a ClientApp whose query handler (run by the
-    Ray workers, never by the server's process) writes `marker`."""
+def plain_copy(destination: Path) -> Path:
+    """A copy of this checkout's tracked files. `flwr run` is never pointed at the checkout itself:
+    Flower 1.42 migrates pyproject.toml's [tool.flwr.federations] into its config and comments the
+    section out, which would rewrite the checkout's pyproject.toml."""
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for name in files:
         if (ROOT / name).is_file():
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, destination / name)
+    return destination
+
+
+def copy_checkout(destination: Path, marker: Path) -> Path:
+    """A second checkout: the tracked files of this one, with a ClientApp whose query handler (run by the
+    Ray workers, never by the server's process) writes `marker`."""
+    plain_copy(destination)
     client_app = destination / "client" / "client_app.py"
     anchor = '    expected = str(msg.content.config_records["config"]["code"])'
     source = client_app.read_text().replace(anchor, f"    Path({str(marker)!r}).write_text('second checkout')\n{anchor}", 1)
@@ -82,7 +90,7 @@ def test_the_submitted_client_app_runs_not_the_first_checkouts(tmp_path: Path, f
     second = copy_checkout(tmp_path / "second", marker)
     neutral = tmp_path / "neutral"
     neutral.mkdir()
-    first = flwr_run(ROOT, flwr_home, neutral, tmp_path / "results")  # starts the SuperLink, runs checkout 1
+    first = flwr_run(plain_copy(tmp_path / "first"), flwr_home, neutral, tmp_path / "results")  # checkout 1
     assert "final accuracy" in first.stdout + first.stderr, first.stdout[-2000:] + first.stderr[-2000:]
     assert not marker.exists()
     flwr_run(second, flwr_home, second, tmp_path / "results")
@@ -91,7 +99,8 @@ def test_the_submitted_client_app_runs_not_the_first_checkouts(tmp_path: Path, f
 
 def test_a_stale_checkout_on_the_workers_path_makes_the_clients_refuse(tmp_path: Path, flwr_home: Path) -> None:
     second = copy_checkout(tmp_path / "second", tmp_path / "marker")
-    flwr_run(ROOT, flwr_home, ROOT, tmp_path / "results")  # a SuperLink whose workers start inside checkout 1
+    first = plain_copy(tmp_path / "first")
+    flwr_run(first, flwr_home, first, tmp_path / "results")  # a SuperLink whose workers start inside checkout 1
     stale = flwr_run(second, flwr_home, second, tmp_path / "results")
     output = stale.stdout + stale.stderr
     assert "refused to join" in output and "differs from the submitted app" in output, output[-3000:]

@@ -18,6 +18,7 @@ def trained(partition: int, eps: float, steps: int) -> dict[str, float]:
     return {
         "num-examples": 10 * (partition + 1), "partition-id": partition, "train-loss": 1.0 + partition,
         "epsilon": eps, "target-epsilon": 1.0, "delta": 1e-5, "steps": steps, "sample-rate": 0.1, "r": 0.3,
+        "learning-rate": 2.0 + partition,
     }
 
 
@@ -46,6 +47,9 @@ def test_each_round_is_on_disk_before_the_next(tmp_path) -> None:
         ledger = [(row["round"], row["client"], row["status"], row["epsilon"]) for row in csv.DictReader(handle)]
     assert ledger == [("1", "0", "trained", "0.5"), ("1", "1", "trained", "0.4"),
                       ("2", "0", "trained", "0.9"), ("2", "1", "refused", "0.4")]
+    with open(tmp_path / "run" / "ledger.csv") as handle:
+        assert [row["learning_rate"] for row in csv.DictReader(handle)] == ["2.0", "3.0", "2.0", "3.0"]
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 1000  # redrawn after every round
     clients = {client["id"]: client for client in summary["clients"]}
     assert clients[0]["epsilon"] == 0.9 and clients[0]["steps"] == 20
     assert clients[1]["refused_rounds"] == 1 and clients[1]["epsilon"] == 0.4

@@ -1,0 +1,97 @@
+"""learning-rate-mode: per-client rates from Theorem 11, recorded in the reply."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from client.round import Client, train_round
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.task import ClientShard, client_learning_rate, initial_model
+from privacy.dirichlet import dirichlet_nll_loss
+from privacy.dpsgd import DPSGDMechanism
+from privacy.mechanisms import DirichletMechanism, MechanismSpec, NoPrivacy
+
+ROWS = 50_000
+
+
+@functools.lru_cache(maxsize=4)
+def mean_logit_gradient(r: float, alpha: float, seed: int) -> torch.Tensor:
+    """E[dL/dz] by Monte Carlo for logits whose softmax gives the true class 0.9 (the reference s_y)."""
+    logits = torch.tensor([math.log(0.9 * 9 / 0.1)] + [0.0] * 9, dtype=torch.float64)
+    assert float(torch.softmax(logits, 0)[0]) == pytest.approx(0.9)
+    batch = logits.repeat(ROWS, 1).requires_grad_(True)
+    generator = torch.Generator().manual_seed(seed)
+    dirichlet_nll_loss(batch, torch.zeros(ROWS, dtype=torch.long), r, alpha, generator, reduction="sum").backward()
+    return batch.grad.mean(dim=0)
+
+
+def empty_shard() -> ClientShard:
+    nothing = torch.zeros(0, 1, 8, 8)
+    return ClientShard(nothing, torch.zeros(0, dtype=torch.long), nothing, torch.zeros(0, dtype=torch.long))
+
+
+@pytest.mark.parametrize("mode, equal", [("effective", True), ("raw", False)])
+def test_clients_with_5x_different_r_take_equally_large_expected_steps(mode: str, equal: bool) -> None:
+    """Theorem 11: the expected private gradient is kappa_i (s - onehot); the effective mode divides
+    each client's rate by its own kappa_i, so rate_i * E[grad_i] is the same for both clients."""
+    config = RunConfig(learning_rate=0.1, learning_rate_mode=mode)
+    model = torch.nn.Linear(1, 1)
+    steps = []
+    for seed, r in enumerate((0.02, 0.1)):
+        mechanism = DirichletMechanism(r, 3.0, 0.05, 1e-5)
+        rate = client_learning_rate(config, mechanism, model, empty_shard())
+        steps.append(rate * mean_logit_gradient(r, 3.0, seed).norm().item())
+    ratio = steps[1] / steps[0]
+    if equal:
+        assert ratio == pytest.approx(1.0, abs=0.05)
+    else:
+        assert ratio > 3.0  # the same raw rate moves the client with the larger r about 5x further
+
+
+def test_dpsgd_and_none_take_the_rate_as_given_in_every_mode() -> None:
+    spec = MechanismSpec("dpsgd", 1.0, 1e-5, 0.05, 100, num_examples=200)
+    for mode in ("effective", "adaptive", "raw"):
+        config = RunConfig(learning_rate=0.3, learning_rate_mode=mode)
+        for mechanism in (NoPrivacy(0.05), DPSGDMechanism.calibrated(spec)):
+            assert client_learning_rate(config, mechanism, torch.nn.Linear(1, 1), empty_shard()) == 0.3
+
+
+def test_adam_takes_the_rate_as_given_because_it_is_invariant_to_the_gradients_scale() -> None:
+    config = RunConfig(learning_rate=0.001, optimizer="adam")
+    mechanism = DirichletMechanism(0.05, 3.0, 0.05, 1e-5)
+    assert client_learning_rate(config, mechanism, torch.nn.Linear(1, 1), empty_shard()) == 0.001
+
+
+def test_adaptive_mode_uses_the_models_confidence_on_the_local_test_share() -> None:
+    config = RunConfig(learning_rate=0.1, learning_rate_mode="adaptive")
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    torch.nn.init.zeros_(model[1].weight)
+    torch.nn.init.zeros_(model[1].bias)  # uniform softmax: the true class gets 0.1
+    shard = replace(empty_shard(), test_x=torch.randn(5, 1, 8, 8), test_y=torch.arange(5))
+    mechanism = DirichletMechanism(0.05, 3.0, 0.05, 1e-5)
+    assert client_learning_rate(config, mechanism, model, shard) == pytest.approx(mechanism.step_rate(0.1, 0.1))
+    fixed = replace(config, learning_rate_mode="effective")
+    assert client_learning_rate(fixed, mechanism, model, shard) == pytest.approx(mechanism.step_rate(0.1, 0.9))
+
+
+def test_the_reply_carries_each_clients_own_rate() -> None:
+    config = RunConfig(local_steps=2, num_server_rounds=2, learning_rate=0.05)
+    weights = initial_model(config, _digits()).state_dict()
+    rates = {}
+    for partition in (0, 1):
+        outcome = train_round(config, Client(partition, 4, 1.0), None, weights, 1)
+        assert outcome.error_code is None and outcome.mechanism is not None
+        rates[partition] = outcome.metrics["learning-rate"]
+        assert rates[partition] == pytest.approx(outcome.mechanism.step_rate(0.05, 0.9))
+    assert rates[0] != rates[1]  # different shard sizes, different r*, different rates
+
+
+def _digits():
+    from dirichlet_fl.task import federated_split
+
+    return federated_split(RunConfig().split_spec(4)).data
