@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import audit, audit_experiment, bench, calibrate, check, partition, plot
+from cli import audit, audit_experiment, bench, calibrate, check, partition, pilot, plot
 
-COMMANDS = (calibrate, partition, audit, audit_experiment, bench, check, plot)
+COMMANDS = (calibrate, partition, audit, audit_experiment, bench, check, plot, pilot)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -5,13 +5,19 @@ the whole run), keeps the mechanism and its ledger across rounds, refuses a roun
 past its target eps (an Error reply, so the round goes on without it), and composes every step it
 runs. The round itself lives in client/round.py.
 
-The ledger lives in context.state and, when the client knows where, in a durable file
-(client/ledger_store.py): `<ledger-dir>/partition-<id>.json` when the SuperNode's node config sets
-`ledger-dir`, else `<run-dir>/ledgers/partition-<id>.json` with the run folder the server sends in
-the train message's config (simulation). The file is written ahead (the round's planned steps
-already composed) before training and rewritten with the exact ledger after the round, so that a
-killed process over-states its spending, never under-states it, and a resumed run continues it.
-An Error reply carries the ledger summary in its reason (dirichlet_fl.protocol.error_reason).
+The ledger lives in context.state and in a durable file: on a SuperNode whose node config sets
+`ledger-dir`, the site's lifetime ledger `<ledger-dir>/ledger-<data fingerprint>.json`, which holds
+every run on that data (client/site.py); in simulation `<run-dir>/ledgers/partition-<id>.json`
+(client/ledger_store.py) with the run folder the server sends in the train message's config. The
+file is written ahead (the round's planned steps already composed) before training and rewritten
+with the exact ledger after the round, so that a killed process over-states its spending, never
+under-states it, and a resumed run continues it. An Error reply carries the ledger summary in its
+reason (dirichlet_fl.protocol.error_reason).
+
+On a SuperNode the node config is the site's policy (client/site.py): it can pin the budget, keep a
+lifetime ledger on disk keyed by the fingerprint of its data, key its noise by a secret that never
+leaves the node, and train on its own data file. The server receives only what aggregation and
+accounting need (docs/consortium.md lists each metric and why).
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from client.ledger_store import LedgerStore
-from client.round import Client, evaluate_round, ledger_summary, train_round
+from client.round import Client, NodeResources, evaluate_round, ledger_summary, shard_of, train_round
+from client.site import SiteLedger, SitePolicy, data_fingerprint, node_secret
 from dirichlet_fl.config import RunConfig, parse_run_config
 from dirichlet_fl.protocol import (
+    POLICY_REFUSED,
     RUN_DIR_KEY,
     SETUP_FAILED,
     TRAINING_FAILED,
@@ -44,27 +52,53 @@ APP_DIR = Path(__file__).resolve().parent.parent
 app = ClientApp()
 
 
-def _client(context: Context, config: RunConfig) -> Client:
-    """This node's partition and budget (a SuperNode's node config `target-epsilon` wins)."""
-    partition_id = int(context.node_config["partition-id"])
-    num_partitions = int(context.node_config["num-partitions"])
-    default = config.target_epsilon_for(partition_id, num_partitions)
-    return Client(partition_id, num_partitions, float(context.node_config.get("target-epsilon", default)))
+def _client(policy: SitePolicy, config: RunConfig) -> Client:
+    """This node's partition (or data file) and its budget for this run (the site's target-epsilon wins)."""
+    asked = config.target_epsilon_for(policy.partition_id, policy.num_partitions)
+    return Client(policy.partition_id, policy.num_partitions, policy.target_for(asked), policy.data_file, policy.cache_dir)
 
 
-def ledger_store(msg: Message, context: Context, partition_id: int) -> LedgerStore | None:
-    """This client's durable ledger file: under the node's `ledger-dir`, else under the run folder the
-    server named in the message; None when neither is known (the ledger then lives in context.state only)."""
-    if "ledger-dir" in context.node_config:
-        return LedgerStore(Path(str(context.node_config["ledger-dir"])) / f"partition-{partition_id}.json")
+def site_ledger(policy: SitePolicy, config: RunConfig) -> SiteLedger:
+    """The site's lifetime ledger for the data it trains on (policy.ledger_dir must be set); the pilot
+    opens it the same way before it starts anything. Raises ValueError naming a bad ledger file."""
+    client = _client(policy, config)
+    return SiteLedger(
+        Path(policy.ledger_dir), _fingerprint(config, client), policy.delta or config.delta, policy.lifetime_epsilon
+    )
+
+
+def _node(policy: SitePolicy, config: RunConfig, context: Context) -> NodeResources:
+    """The node's secret and lifetime ledger (when its node config names their folders)."""
+    ledger = site_ledger(policy, config) if policy.ledger_dir else None
+    return NodeResources(node_secret(policy, config), ledger, str(context.run_id), policy.aggregation_weight)
+
+
+def _fingerprint(config: RunConfig, client: Client) -> str:
+    """The fingerprint of this client's training data, computed once per process and data."""
+    key = (client.data_file, config.split_spec(client.num_partitions), client.partition_id)
+    if key not in _FINGERPRINTS:
+        shard = shard_of(config, client)
+        _FINGERPRINTS[key] = data_fingerprint(shard.train_x, shard.train_y)
+    return _FINGERPRINTS[key]
+
+
+_FINGERPRINTS: dict[tuple[object, ...], str] = {}
+
+
+def ledger_store(msg: Message, partition_id: int) -> LedgerStore | None:
+    """A simulated client's durable ledger file, under the run folder the server named in the message;
+    None when it named none (the ledger then lives in context.state only)."""
     config = msg.content.config_records.get("config")
     if config is not None and RUN_DIR_KEY in config:
         return LedgerStore(Path(str(config[RUN_DIR_KEY])) / "ledgers" / f"partition-{partition_id}.json")
     return None
 
 
-def _saved_mechanism(context: Context, store: LedgerStore | None) -> dict[str, Any] | None:
-    """The client's ledger: from its durable file when there is one, else from the node's state."""
+def _saved_mechanism(context: Context, node: NodeResources, store: LedgerStore | None) -> dict[str, Any] | None:
+    """The client's ledger for this run: from the site's lifetime ledger or its run's ledger file when
+    there is one, else from the node's state."""
+    if node.ledger is not None:
+        return node.ledger.current(node.run_key)
     if store is not None:
         stored = store.load()
         return None if stored is None else dict(stored["mechanism"])
@@ -73,36 +107,55 @@ def _saved_mechanism(context: Context, store: LedgerStore | None) -> dict[str, A
     return json.loads(str(context.state.config_records[STATE_KEY]["mechanism"]))
 
 
+def _save(node: NodeResources, store: LedgerStore | None, state: dict[str, Any], server_round: int, complete: bool) -> None:
+    """Write the ledger durably: the site's lifetime ledger, else the run's ledger file (if any)."""
+    if node.ledger is not None:
+        node.ledger.save(node.run_key, state, complete)
+    elif store is not None:
+        store.save({"mechanism": state, "round": server_round, "complete": complete})
+
+
+def _failure(msg: Message, code: int, reason: str) -> Message:
+    return Message(Error(code, reason), reply_to=msg)
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """Train from the received global weights; reply with weights, loss and the client's cumulative eps."""
-    config = parse_run_config(context.run_config)
+    """Train from the received global weights; reply with weights, loss and the client's cumulative eps.
+
+    Every failure becomes one sanitized line in an Error reply (never a traceback)."""
     try:
-        client = _client(context, config)
-        store = ledger_store(msg, context, client.partition_id)
-        saved = _saved_mechanism(context, store)
-    except ValueError as error:  # includes a corrupt ledger file: never silently reset
-        return Message(Error(SETUP_FAILED, error_reason(str(error), None)), reply_to=msg)
-    weights = arrays_of(msg.content).to_torch_state_dict()
-    server_round = int(number(msg.content, "config", "server-round"))
+        config = parse_run_config(context.run_config)
+        policy = SitePolicy.from_node_config(context.node_config)
+        client = _client(policy, config)
+        refusal = policy.refusal(config, config.target_epsilon_for(policy.partition_id, policy.num_partitions))
+        if refusal is not None:
+            return _failure(msg, POLICY_REFUSED, f"client {client.partition_id}: {refusal}")
+        node = _node(policy, config, context)
+        store = None if node.ledger is not None else ledger_store(msg, client.partition_id)
+        saved = _saved_mechanism(context, node, store)
+        weights = arrays_of(msg.content).to_torch_state_dict()
+        server_round = int(number(msg.content, "config", "server-round"))
+    except ValueError as error:  # a bad node config, data file or ledger file: named, never reset
+        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None))
 
     def write_ahead(planned: dict[str, Any]) -> None:
-        if store is not None:
-            store.save({"mechanism": planned, "round": server_round, "complete": False})
+        _save(node, store, planned, server_round, complete=False)
 
-    outcome = train_round(config, client, saved, weights, server_round, write_ahead)
+    try:
+        outcome = train_round(config, client, saved, weights, server_round, write_ahead, node)
+    except Exception as error:  # anything unforeseen: one line; the ledger file already holds the steps
+        return _failure(msg, TRAINING_FAILED, error_reason(f"client {client.partition_id}: {one_line(error)}", None))
     if outcome.mechanism is not None:  # saved before replying, error or not: the ledger must survive
         state = outcome.mechanism.state_dict()
         context.state[STATE_KEY] = ConfigRecord({"mechanism": json.dumps(state)})
-        if store is not None:
-            try:
-                store.save({"mechanism": state, "round": server_round, "complete": True})
-            except OSError as error:  # the write-ahead record (an over-statement) stays in place
-                text = f"client {client.partition_id}: cannot save its ledger: {one_line(error)}"
-                reason = error_reason(text, ledger_summary(config, client, outcome.mechanism))
-                return Message(Error(TRAINING_FAILED, reason), reply_to=msg)
+        try:
+            _save(node, store, state, server_round, complete=True)
+        except (OSError, ValueError) as error:  # the write-ahead record (an over-statement) stays in place
+            text = f"client {client.partition_id}: cannot save its ledger: {one_line(error)}"
+            return _failure(msg, TRAINING_FAILED, error_reason(text, ledger_summary(config, client, outcome.mechanism)))
     if outcome.error_code is not None or outcome.weights is None:
-        return Message(Error(outcome.error_code or TRAINING_FAILED, outcome.reason), reply_to=msg)
+        return _failure(msg, outcome.error_code or TRAINING_FAILED, outcome.reason)
     content = RecordDict({"arrays": ArrayRecord(outcome.weights), "metrics": MetricRecord(outcome.metrics)})
     return Message(content=content, reply_to=msg)
 
@@ -110,8 +163,14 @@ def train(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate_locally(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the received global model on this client's local test share."""
-    config = parse_run_config(context.run_config)
-    metrics = evaluate_round(config, _client(context, config), arrays_of(msg.content).to_torch_state_dict())
+    try:
+        config = parse_run_config(context.run_config)
+        policy = SitePolicy.from_node_config(context.node_config)
+        client = _client(policy, config)
+        node = NodeResources(aggregation_weight=policy.aggregation_weight)
+        metrics = evaluate_round(config, client, arrays_of(msg.content).to_torch_state_dict(), node)
+    except Exception as error:
+        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None))
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
@@ -130,6 +189,9 @@ def describe(msg: Message, context: Context) -> Message:
             "no copy of this project (scripts/run.sh does)"
         )
         return Message(Error(SETUP_FAILED, reason), reply_to=msg)
-    partition_id, num_partitions = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
-    node = MetricRecord({"partition-id": partition_id, "num-partitions": num_partitions})
+    try:
+        policy = SitePolicy.from_node_config(context.node_config)
+    except ValueError as error:
+        return Message(Error(SETUP_FAILED, one_line(error)), reply_to=msg)
+    node = MetricRecord({"partition-id": policy.partition_id, "num-partitions": policy.num_partitions})
     return Message(content=RecordDict({"node": node}), reply_to=msg)

@@ -11,17 +11,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
+from client.site import SiteLedger
 from client.training import make_optimizer, train_locally
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.data import ImageData, dataset_num_classes
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, Metrics, error_reason, one_line
 from dirichlet_fl.task import (
     ClientShard,
     augmentation,
     build_run_model,
+    cached_client_shard,
     client_generator,
     client_learning_rate,
     client_shard,
@@ -29,18 +33,42 @@ from dirichlet_fl.task import (
     federated_split,
     mechanism_spec,
     resolve_device,
+    site_shard,
 )
+from privacy.lifetime import LifetimeBudgetSpent, calibrate_within_lifetime
 from privacy.mechanisms import Mechanism
 from privacy.registry import build_mechanism, restore_mechanism
+
+WEIGHT_ROUNDING = 10
+"""Example counts are sent rounded to a multiple of this (at least this): the coordinator needs a
+weight for FedAvg, not the site's exact count, which add/remove-one neighbouring does not protect."""
 
 
 @dataclass(frozen=True)
 class Client:
-    """Who is training: its partition of the split and its budget."""
+    """Who is training: its partition of the split (or its own data file) and its budget."""
 
     partition_id: int
     num_partitions: int
     target_epsilon: float
+    data_file: str = ""
+    cache_dir: str = ""
+    """Where the node caches its partition's shard between processes (dirichlet_fl.task.cached_client_shard)."""
+
+
+@dataclass
+class NodeResources:
+    """What a node adds to the run config (client/site.py); the defaults are a simulated client's.
+
+    `secret` keys the node's privacy randomness (None: reproducible from the run's seed), `ledger` is
+    its lifetime ledger, which this round checks and calibrates against (the caller writes it, through
+    `write_ahead` and after the round), `run_key` names this run in it, `aggregation_weight` replaces
+    the example count the server would otherwise receive."""
+
+    secret: bytes | None = None
+    ledger: SiteLedger | None = None
+    run_key: str = ""
+    aggregation_weight: float | None = None
 
 
 @dataclass
@@ -56,36 +84,78 @@ class RoundOutcome:
     reason: str = ""
 
 
+def client_data(config: RunConfig, client: Client) -> tuple[ClientShard, ImageData]:
+    """The client's shard on the run's device, and the data it comes from (for the model's shape): its
+    own data file, or its partition of the run's split (from the node's cache when it has one)."""
+    device = resolve_device(config.device)
+    if client.data_file:
+        return site_shard(client.data_file, dataset_num_classes(config.dataset), device)
+    spec = config.split_spec(client.num_partitions)
+    if client.cache_dir:
+        return cached_client_shard(spec, client.partition_id, device, Path(client.cache_dir))
+    return client_shard(spec, client.partition_id, device), federated_split(spec).data
+
+
 def shard_of(config: RunConfig, client: Client) -> ClientShard:
-    """The client's shard of the run's split, on the run's device."""
-    return client_shard(config.split_spec(client.num_partitions), client.partition_id, resolve_device(config.device))
+    """The client's shard (client_data without the data's shape)."""
+    return client_data(config, client)[0]
 
 
-def _mechanism(config: RunConfig, client: Client, saved: dict[str, Any] | None, num_examples: int) -> Mechanism:
-    """The client's mechanism: restored with its ledger, or calibrated once for the whole run."""
+def load_weights(model: nn.Module, weights: dict[str, Tensor], config: RunConfig, client: Client) -> None:
+    """Load the global weights; a site file whose images do not fit the run's model is named."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError:
+        if not client.data_file:
+            raise
+        raise ValueError(
+            f"data-file {client.data_file}: its images do not fit the run's model (dataset={config.dataset}, "
+            f"model={config.model}): export the site's data at the run's image size and channels"
+        ) from None
+
+
+def _mechanism(
+    config: RunConfig, client: Client, saved: dict[str, Any] | None, num_examples: int, node: NodeResources
+) -> Mechanism:
+    """The client's mechanism: restored with its ledger, or calibrated once for the whole run (and, with
+    a lifetime ledger, for what the site's lifetime budget still allows)."""
     if saved is not None:
         return restore_mechanism(saved)
-    return build_mechanism(mechanism_spec(config, client.partition_id, num_examples, client.target_epsilon))
+    spec = mechanism_spec(config, client.partition_id, num_examples, client.target_epsilon)
+    ledger = node.ledger
+    if ledger is None or ledger.lifetime is None:
+        return build_mechanism(spec)
+    return calibrate_within_lifetime(spec, ledger.prior(node.run_key), ledger.lifetime, ledger.delta)
+
+
+def planned_state(mechanism: Mechanism, steps: int) -> dict[str, Any]:
+    """The ledger as it will be once `steps` more steps ran: what the write-ahead record stores, so that
+    a process killed mid-round leaves a ledger that over-states its spending, never under-states it."""
+    planned = restore_mechanism(mechanism.state_dict())
+    planned.record(steps)
+    return planned.state_dict()
 
 
 def ledger_summary(config: RunConfig, client: Client, mechanism: Mechanism) -> Metrics:
-    """What the client has spent, with what it covers: eps at the run's delta, steps, q, target, noise."""
+    """What the client has spent, with what it covers: eps at the run's delta, steps, q, target, noise.
+    q is rounded to 2 significant digits: with the steps it depends on, the exact q would tell the
+    coordinator the site's example count (docs/consortium.md, "What the coordinator sees")."""
     return {
         "epsilon": mechanism.epsilon(config.delta),
         "target-epsilon": client.target_epsilon,
         "delta": config.delta,
         "steps": mechanism.steps,
-        "sample-rate": mechanism.sample_rate,
+        "sample-rate": float(f"{mechanism.sample_rate:.2g}"),
         **mechanism.parameters(),
     }
 
 
-def planned_state(mechanism: Mechanism, steps: int) -> dict[str, Any]:
-    """The ledger as it will be once `steps` more steps ran: what a write-ahead record stores, so that
-    a process killed mid-round leaves a ledger that over-states what it spent, never under-states it."""
-    planned = restore_mechanism(mechanism.state_dict())
-    planned.record(steps)
-    return planned.state_dict()
+def reported_weight(num_examples: int, node: NodeResources) -> float:
+    """What the server weights this client's update by: the site's own aggregation-weight, else its
+    example count rounded to a multiple of WEIGHT_ROUNDING (the exact count is not sent)."""
+    if node.aggregation_weight is not None:
+        return node.aggregation_weight
+    return float(max(WEIGHT_ROUNDING, WEIGHT_ROUNDING * round(num_examples / WEIGHT_ROUNDING)))
 
 
 def train_round(
@@ -95,33 +165,46 @@ def train_round(
     weights: dict[str, Tensor],
     server_round: int,
     write_ahead: Callable[[dict[str, Any]], None] | None = None,
+    node: NodeResources | None = None,
 ) -> RoundOutcome:
     """One round of local training from the global `weights`; never raises for a client-side failure.
 
     `write_ahead(state)`, if given, durably stores the ledger with the whole round's steps already
-    composed before the first step runs; if it fails, the round is not trained."""
+    composed before the first step runs; if it fails, the round is not trained. With a lifetime
+    ledger (`node.ledger`), a new run is calibrated for what the site's lifetime budget still allows,
+    and a round that would take the site past it is refused."""
+    node = node or NodeResources()
     label = f"client {client.partition_id}"
     try:
-        shard = shard_of(config, client)
-        mechanism = _mechanism(config, client, saved, shard.num_examples)
+        shard, data = client_data(config, client)
+        mechanism = _mechanism(config, client, saved, shard.num_examples, node)
+    except LifetimeBudgetSpent as error:
+        return RoundOutcome(None, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", None))
     except ValueError as error:
         return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None))
     steps = config.local_steps_per_round(mechanism.sample_rate)
+    summary = ledger_summary(config, client, mechanism)
     if mechanism.would_exceed(steps, client.target_epsilon):
         spent = mechanism.epsilon(config.delta)
         text = f"{label}: budget spent (eps {spent:.4f} of {client.target_epsilon:g} at delta={config.delta:g})"
-        return RoundOutcome(
-            mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, ledger_summary(config, client, mechanism))
-        )
+        return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, summary))
+    planned, ledger, nonce = planned_state(mechanism, steps), node.ledger, mechanism.steps
+    if ledger is not None:
+        if not ledger.allows(node.run_key, planned):
+            text = (
+                f"{label}: lifetime budget spent (eps {ledger.spent():.4f} of lifetime-epsilon={ledger.lifetime:g} "
+                f"at delta={ledger.delta:g}; {steps} more steps do not fit)"
+            )
+            return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, summary))
+        nonce += sum(restore_mechanism(state).steps for state in ledger.prior(node.run_key))
     try:
         if write_ahead is not None:
-            write_ahead(planned_state(mechanism, steps))
-        model = build_run_model(config, federated_split(config.split_spec(client.num_partitions)).data)
-        model = model.to(shard.train_x.device)
-        model.load_state_dict(weights)
+            write_ahead(planned)
+        model = build_run_model(config, data).to(shard.train_x.device)
+        load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard)
         wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, learning_rate))
-        generator = client_generator(config, client.partition_id, server_round, shard.train_x.device)
+        generator = client_generator(config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce)
         mean_loss = train_locally(
             wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate, generator,
             augmentation(config),
@@ -132,22 +215,26 @@ def train_round(
             mechanism, error_code=TRAINING_FAILED, reason=error_reason(text, ledger_summary(config, client, mechanism))
         )
     metrics: Metrics = {
-        "num-examples": shard.num_examples,
+        "num-examples": reported_weight(shard.num_examples, node),
         "partition-id": client.partition_id,
-        "train-loss": mean_loss if math.isfinite(mean_loss) else 0.0,
         **ledger_summary(config, client, mechanism),
         "learning-rate": learning_rate,
         "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
+        "node-secret": int(node.secret is not None),
     }
+    if mechanism.name != "dpsgd":  # DP-SGD's loss is of the un-noised batch: its eps does not cover it
+        metrics["train-loss"] = mean_loss if math.isfinite(mean_loss) else 0.0
     return RoundOutcome(mechanism, weights=model.state_dict(), metrics=metrics)
 
 
-def evaluate_round(config: RunConfig, client: Client, weights: dict[str, Tensor]) -> Metrics:
-    """Loss and accuracy of the global `weights` on the client's local test share."""
-    shard = shard_of(config, client)
-    model = build_run_model(config, federated_split(config.split_spec(client.num_partitions)).data)
-    model = model.to(shard.test_x.device)
-    model.load_state_dict(weights)
+def evaluate_round(
+    config: RunConfig, client: Client, weights: dict[str, Tensor], node: NodeResources | None = None
+) -> Metrics:
+    """Loss and accuracy of the global `weights` on the client's local test share (weighted like training)."""
+    shard, data = client_data(config, client)
+    model = build_run_model(config, data).to(shard.test_x.device)
+    load_weights(model, weights, config, client)
     loss, accuracy = evaluate(model, shard.test_x, shard.test_y)
-    return {"num-examples": int(shard.test_y.shape[0]), "eval-loss": loss, "eval-accuracy": accuracy}
+    weight = reported_weight(int(shard.test_y.shape[0]), node or NodeResources())
+    return {"num-examples": weight, "eval-loss": loss, "eval-accuracy": accuracy}
 

@@ -83,6 +83,7 @@ class RunConfig:
     max_idle_rounds: int = 2
     resume_from: str = ""
     keep_updates: bool = False
+    secure_noise: bool = False
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:

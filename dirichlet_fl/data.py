@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import gzip
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -431,3 +432,79 @@ def random_crop_flip(x: Tensor, generator: torch.Generator, padding: int = 4) ->
     columns = torch.where(flips[:, None], columns.flip(0), columns) + offsets[1, :, None]
     cropped = padded.gather(2, rows[:, None, :, None].expand(n, c, h, w + 2 * padding))
     return cropped.gather(3, columns[:, None, None, :].expand(n, c, h, w))
+
+
+SITE_FILE_KEYS = ("train_images", "train_labels", "test_images", "test_labels")
+"""The arrays a site's data file must hold (medmnist's .npz layout; val_images/val_labels are optional)."""
+
+
+def dataset_num_classes(name: str) -> int:
+    """How many classes data set `name` has, without reading its files (a site trains the run's model)."""
+    key = name.lower()
+    if key in BUILTIN_DATASETS:
+        return 10  # digits, MNIST (IDX and torchvision), Fashion-MNIST, CIFAR10 and SVHN all have ten
+    if key not in medmnist_2d():
+        raise ValueError(f"dataset={name!r} is unknown; valid names: {', '.join(dataset_names())}")
+    import medmnist
+
+    return len(medmnist.INFO[key]["label"])
+
+
+def load_site_file(path: str | Path, num_classes: int) -> ImageData:
+    """A site's own data: an .npz in the DermaMNIST layout (`train_images` N x H x W or N x H x W x C
+    uint8, `train_labels` N or N x 1, the same for `test_` and optionally `val_`), as medmnist writes.
+
+    Pixels are scaled by 1/255 and normalised with the site's own training statistics. Any missing,
+    unreadable or malformed file raises ValueError naming the file and what is wrong with it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"data-file {path}: file not found")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except Exception as error:  # zip, header or pickle errors all mean the same to a site: unreadable
+        raise ValueError(f"data-file {path}: not a readable .npz ({type(error).__name__}: {error})") from None
+    missing = [key for key in SITE_FILE_KEYS if key not in arrays]
+    if missing:
+        raise ValueError(f"data-file {path}: missing arrays {missing}; expected {', '.join(SITE_FILE_KEYS)}")
+    splits: dict[str, Split] = {}
+    for split in ("train", "val", "test"):
+        if f"{split}_images" not in arrays:
+            continue
+        images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
+        if images.dtype != np.uint8 or images.ndim not in (3, 4) or labels.reshape(len(labels), -1).shape[1] != 1:
+            raise ValueError(
+                f"data-file {path}: {split}_images must be uint8 N x H x W (x C) and {split}_labels N or N x 1, "
+                f"got {images.dtype} {images.shape} and {labels.shape}"
+            )
+        images = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
+        splits[split] = (images, labels.reshape(-1))
+    try:
+        return _to_image_data(path.stem, splits, tuple(str(c) for c in range(num_classes)), 255.0)
+    except ValueError as error:
+        raise ValueError(f"data-file {path}: {error}") from None
+
+
+def write_site_file(path: str | Path, data: ImageData, train: np.ndarray, test: np.ndarray) -> Path:
+    """Write examples `train` and `test` of `data` as a site file (load_site_file's layout), atomically.
+
+    Images are rescaled to 0..255 uint8 per file, as a site's own export would be; for tests, the
+    pilot and consortia that rehearse with a public data set."""
+    path = Path(path)
+
+    def to_uint8(x: Tensor) -> np.ndarray:
+        low, high = float(data.train_x.min()), float(data.train_x.max())
+        scaled = ((x - low) / (high - low) * 255.0).round().clamp(0, 255).to(torch.uint8).numpy()
+        return scaled[:, 0] if scaled.shape[1] == 1 else scaled.transpose(0, 2, 3, 1)
+
+    arrays = {
+        "train_images": to_uint8(data.train_x[train]),
+        "train_labels": data.train_y[train].numpy().reshape(-1, 1).astype(np.uint8),
+        "test_images": to_uint8(data.test_x[test]),
+        "test_labels": data.test_y[test].numpy().reshape(-1, 1).astype(np.uint8),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp.npz")
+    np.savez_compressed(temporary, **arrays)  # type: ignore[arg-type]
+    os.replace(temporary, path)
+    return path

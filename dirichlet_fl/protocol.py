@@ -25,6 +25,15 @@ SETUP_FAILED = 4002
 """The client cannot train with this configuration (e.g. an unreachable eps, a too small shard)."""
 TRAINING_FAILED = 4003
 """Training failed midway; the client's ledger still holds every step that ran."""
+POLICY_REFUSED = 4004
+"""A refusal: the run config asks for more than the site's node config allows (client/site.py)."""
+REFUSALS = (BUDGET_EXHAUSTED, POLICY_REFUSED)
+"""Codes after which the server stops sampling the client: it will refuse again."""
+
+NOISE_FROM_SEED = "reproducible from seed"
+NOISE_FROM_SECRET = "node secret"
+"""How a run's privacy randomness was keyed (summary.json's `noise`): by the run config's seed, which
+the coordinator knows, or by each node's secret, which never leaves the node."""
 
 RUN_DIR_KEY = "run-dir"
 """The train message's config key holding the run folder (where simulated clients keep their ledgers)."""

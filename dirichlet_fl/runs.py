@@ -40,6 +40,7 @@ from dirichlet_fl.config import RESUMABLE_KEYS, RunConfig
 from dirichlet_fl.data import ImageData
 from dirichlet_fl.files import append_atomically, write_atomically
 from dirichlet_fl.plots import CURVES_FILE, plot_runs
+from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED
 from dirichlet_fl.task import build_run_model, federated_split
 
 ROUND_COLUMNS = [
@@ -87,11 +88,18 @@ class RoundRecord:
 
     @property
     def train_loss(self) -> float:
-        """Mean local training loss, weighted by the trainers' example counts."""
-        total = sum(m["num-examples"] for m in self.trained.values())
+        """Mean local training loss of the trainers that report one (DP-SGD clients do not), weighted by
+        their reported weights."""
+        reporting = [m for m in self.trained.values() if "train-loss" in m]
+        total = sum(m["num-examples"] for m in reporting)
         if not total:
             return math.nan
-        return sum(m["train-loss"] * m["num-examples"] for m in self.trained.values()) / total
+        return sum(m["train-loss"] * m["num-examples"] for m in reporting) / total
+
+    @property
+    def noise(self) -> set[str]:
+        """How the trainers keyed their privacy randomness (dirichlet_fl.protocol's labels)."""
+        return {NOISE_FROM_SECRET if m.get("node-secret") else NOISE_FROM_SEED for m in self.trained.values()}
 
 
 @dataclass
@@ -150,6 +158,7 @@ class RunWriter:
         self.covers = covers
         self.clients = {c: ClientLedger(config.target_epsilon_for(c, num_clients)) for c in range(num_clients)}
         self.rounds: list[dict[str, Any]] = []
+        self.noise: set[str] = set()
         self.started = time.monotonic()
 
     @classmethod
@@ -187,6 +196,7 @@ class RunWriter:
         writer = cls(directory, config, num_clients, covers)
         writer.clients = {int(c): ClientLedger(**ledger) for c, ledger in checkpoint["clients"].items()}
         writer.started -= float(checkpoint["seconds"])
+        writer.noise = set(checkpoint.get("noise", []))
         last = int(checkpoint["round"])
         writer.rounds = [row for row in _read_rows(directory / "rounds.csv") if int(row["round"]) <= last]
         ledger_rows = [row for row in _read_rows(directory / "ledger.csv") if int(row["round"]) <= last]
@@ -220,12 +230,14 @@ class RunWriter:
         append_atomically(self.directory / "rounds.csv", _csv_text(ROUND_COLUMNS, [row]))
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows))
         self.rounds.append(row)
+        self.noise |= record.noise
         checkpoint = {
             "round": record.server_round,
             "weights": weights,
             "strategy": strategy_state,
             "clients": {str(c): asdict(ledger) for c, ledger in self.clients.items()},
             "seconds": row["seconds"],
+            "noise": sorted(self.noise),
         }
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
@@ -298,6 +310,7 @@ class RunWriter:
             "mechanism": self.config.mechanism,
             "delta": self.config.delta,
             "epsilon_covers": self.covers,
+            "noise": " and ".join(sorted(self.noise)) or "no client trained",
             "accountant_assumptions_hold": assumptions_hold,
             "max_epsilon": _json_number(max((c.epsilon for c in self.clients.values()), default=0.0)),
             "seconds": round(time.monotonic() - self.started, 3),

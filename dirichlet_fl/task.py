@@ -7,9 +7,13 @@ test set), every client (its own shard) and the audit (members per client) all d
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,7 +21,7 @@ from sklearn.model_selection import train_test_split
 from torch import Tensor, nn
 
 from dirichlet_fl.config import RunConfig, SplitSpec
-from dirichlet_fl.data import AUGMENTED_BY_DEFAULT, ImageData, load_dataset, random_crop_flip
+from dirichlet_fl.data import AUGMENTED_BY_DEFAULT, ImageData, load_dataset, load_site_file, random_crop_flip
 from dirichlet_fl.models import build_model
 from dirichlet_fl.partition import partition_indices
 from privacy.mechanisms import Mechanism, MechanismSpec
@@ -100,6 +104,58 @@ def _shard(spec: SplitSpec, partition_id: int, device: str) -> ClientShard:
         test_x=data.test_x[test].to(device),
         test_y=data.test_y[test].to(device),
     )
+
+
+def cached_client_shard(
+    spec: SplitSpec, partition_id: int, device: torch.device, cache_dir: Path
+) -> tuple[ClientShard, ImageData]:
+    """Client `partition_id`'s shard and the data's shape, from a cache file on the node if present.
+
+    On Flower's Deployment Engine every message starts a fresh process; rebuilding the split each
+    time (loading the data set, importing its reader, partitioning) costs more than the round's
+    training on small data. The cache file, `<cache_dir>/shard-<key>.pt` keyed by the SplitSpec and
+    the partition, holds only this client's shard; an unreadable cache file is rebuilt (it is a
+    copy, not a record)."""
+    key = hashlib.sha256(repr((spec, partition_id)).encode()).hexdigest()[:16]
+    path = cache_dir / f"shard-{key}.pt"
+    saved = None
+    if path.is_file():
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # a truncated or foreign file: rebuild it below
+            saved = None
+    if saved is None:
+        shard = client_shard(spec, partition_id, torch.device("cpu"))
+        saved = {
+            "train_x": shard.train_x, "train_y": shard.train_y, "test_x": shard.test_x, "test_y": shard.test_y,
+            "num_classes": federated_split(spec).data.num_classes,
+        }  # fmt: skip
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        torch.save(saved, temporary)
+        os.replace(temporary, path)
+    num_classes = int(saved["num_classes"])
+    data = ImageData(
+        name=spec.dataset, train_x=saved["train_x"], train_y=saved["train_y"], test_x=saved["test_x"],
+        test_y=saved["test_y"], num_classes=num_classes, class_names=tuple(str(c) for c in range(num_classes)),
+    )  # fmt: skip
+    shard = ClientShard(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device), data.test_y.to(device))
+    return shard, data
+
+
+def site_shard(data_file: str, num_classes: int, device: torch.device) -> tuple[ClientShard, ImageData]:
+    """A site's shard from its own data file (dirichlet_fl.data.load_site_file), and the data it came
+    from (for the model's input shape). Cached per process by the file's path, size and mtime."""
+    stat = Path(data_file).stat() if Path(data_file).is_file() else None
+    key = (data_file, stat.st_size, stat.st_mtime_ns) if stat else (data_file, -1, -1)
+    return _site_shard(key, num_classes, str(device))
+
+
+@functools.lru_cache(maxsize=4)
+def _site_shard(key: tuple[str, int, int], num_classes: int, device: str) -> tuple[ClientShard, ImageData]:
+    data = load_site_file(key[0], num_classes)
+    shard = ClientShard(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device), data.test_y.to(device))
+    return shard, data
 
 
 def build_run_model(config: RunConfig, data: ImageData) -> nn.Module:
@@ -210,10 +266,28 @@ def true_class_confidence(model: nn.Module, inputs: Tensor, labels: Tensor) -> f
     return float(probabilities.gather(1, labels.view(-1, 1)).mean())
 
 
-def client_generator(config: RunConfig, partition_id: int, server_round: int, device: torch.device) -> torch.Generator:
-    """The client's randomness for one round (sampling, Dirichlet draws, noise), fixed by (seed, client, round)."""
+def client_generator(
+    config: RunConfig,
+    partition_id: int,
+    server_round: int,
+    device: torch.device,
+    secret: bytes | None = None,
+    nonce: int = 0,
+) -> torch.Generator:
+    """The client's randomness for one round: every Poisson mask, Dirichlet/Gamma draw and DP-SGD noise.
+
+    Without `secret` it is fixed by (seed, client, round): reproducible research, and predictable by
+    anyone who knows the run config (the coordinator included). With a node's `secret` (bytes that
+    never leave the node) the seed is HMAC-SHA256(secret, client/round/nonce), where `nonce` is the
+    number of steps the node's ledger held before this round, so that no two rounds of a node's
+    lifetime share noise, even a round the server sends twice."""
     generator = torch.Generator(device=device)
-    generator.manual_seed(int(np.random.SeedSequence([config.seed, partition_id, server_round]).generate_state(1)[0]))
+    if secret is None:
+        seed = int(np.random.SeedSequence([config.seed, partition_id, server_round]).generate_state(1)[0])
+    else:
+        message = f"dirichlet-fl/{partition_id}/{server_round}/{nonce}".encode()
+        seed = int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:8], "big")
+    generator.manual_seed(seed)
     return generator
 
 

@@ -171,7 +171,7 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
             f"(delta={client['delta']:g}, q={client['sample_rate']:.4g}, {client['steps']} steps, "
             f"refused {client['refused_rounds']} rounds)"
         )
-    lines.append(f"each eps covers {summary['epsilon_covers']}")
+    lines.append(f"each eps covers {summary['epsilon_covers']}; noise keyed by: {summary['noise']}")
     if config.mechanism == "dirichlet":
         lines.append("the weights can leak more than eps: measure it with `dirichlet-fl audit <run folder>`")
     if not summary["accountant_assumptions_hold"]:

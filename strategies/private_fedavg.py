@@ -5,8 +5,8 @@ Differences from Flower's FedAvg, and why:
   unseeded global `random`), so a seed fixes which clients train in which round.
 - Each client's eps is recorded as reported; the round's privacy summary is the maximum over
   clients, never a weighted mean (a mean of eps guarantees nothing to anyone).
-- A client that reports it cannot afford another round, or refuses with BUDGET_EXHAUSTED, is not
-  sampled again (its rows say `spent`); a client whose setup failed (SETUP_FAILED: e.g. an unreachable
+- A client that reports it cannot afford another round, or refuses (BUDGET_EXHAUSTED, or
+  POLICY_REFUSED: the run asks more than its site allows), is not sampled again (its rows say `spent`); a client whose setup failed (SETUP_FAILED: e.g. an unreachable
   eps, a too small shard, a corrupt ledger file; nothing a new round changes) is taken out of sampling
   with its reason recorded once. Refusing and failing clients carry their ledger summary in the
   error's reason (dirichlet_fl.protocol.error_reason), which is recorded: eps is never under-stated.
@@ -36,7 +36,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, number, parse_error_reason
+from dirichlet_fl.protocol import REFUSALS, SETUP_FAILED, number, parse_error_reason
 from dirichlet_fl.runs import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
 
 
@@ -165,7 +165,7 @@ class PrivateFedAvg(FedAvg):
             text, ledger = parse_error_reason(reply.error.reason or "")
             if ledger is not None:
                 record.reported[partition] = ledger
-            if reply.error.code == BUDGET_EXHAUSTED:
+            if reply.error.code in REFUSALS:
                 record.refused[partition] = text
                 self.exhausted.add(partition)
                 continue

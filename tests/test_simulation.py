@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from dirichlet_fl.simulation import simulate
 
@@ -75,6 +76,9 @@ def test_a_seed_fixes_client_sampling_and_each_clients_eps(tmp_path: Path) -> No
     ]
     trained = [r["client"] for r in ledger_a if r["status"] == "trained"]
     assert len(trained) == 3 * 2 and len(set(trained)) > 2  # half the clients each round, not always the same
+    weights_a, weights_b = (torch.load(run / "model.pt", weights_only=True) for run in (first, second))
+    assert all(torch.equal(weights_a[key], weights_b[key]) for key in weights_a)  # bit for bit
+    assert json.loads((first / "summary.json").read_text())["noise"] == "reproducible from seed"
 
 
 def test_dermamnist_file_with_a_dirichlet_split_runs_end_to_end(tmp_path: Path) -> None:

@@ -1,0 +1,357 @@
+"""`dirichlet-fl pilot`: a consortium rehearsal on Flower's Deployment Engine, on loopback, in one command.
+
+It starts one `flower-superlink` (TLS, SuperNode authentication) and one `flower-supernode` per site
+(cli/deployment.py's Federation), each with its own node config: its data (a partition of the run's
+data set, or its own `.npz` file), its target eps, its lifetime eps, its ledger folder and its noise
+secret. It then submits this app with `flwr run`, waits for the end, reads the run folder and every
+site's lifetime ledger, and stops every process it started, by PID (also on Ctrl-C or SIGTERM).
+
+A second call with the same --workdir reuses the sites: their certificates, keys, secrets and
+ledgers, so that their lifetime spending continues. Layout of --workdir:
+
+    certificates/  CA and SuperLink certificate (cli/deployment.py)
+    keys/          each site's authentication key pair
+    sites/site-<i>/ledgers/   the site's lifetime ledger (client/site.py), one file per data set
+    sites/site-<i>/secret/    the site's noise secret (mode 0600)
+    sites/site-<i>/cache/     the shard of its partition, cached between the processes of each message
+    results/pilot-<k>/        the k-th run's folder (dirichlet_fl/runs.py)
+    logs/, superlink/, supernode-<i>/, flwr-home/   the processes' logs, working folders and FLWR_HOME
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # Flower, torch and the app are imported when the command runs, not when it registers
+    from client.site import SiteLedger
+    from dirichlet_fl.config import RunConfig
+
+PROG = "dirichlet-fl pilot"
+LIFETIME_FACTOR = 3.0
+"""Default lifetime budget of a site: this many times the run's target eps."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the `pilot` subcommand, with `func=run`, on a subparsers object."""
+    parser = subparsers.add_parser(
+        "pilot",
+        help="run the app on Flower's Deployment Engine on loopback (TLS, authenticated sites)",
+        description="One SuperLink and N authenticated SuperNodes on 127.0.0.1, one run, then stop everything.",
+    )
+    parser.add_argument("--sites", type=int, required=True, help="number of sites (SuperNodes), >= 1")
+    parser.add_argument("--rounds", type=int, required=True, help="FedAvg rounds, >= 1")
+    parser.add_argument("--workdir", type=Path, required=True, help="folder for certificates, keys, ledgers, results")
+    parser.add_argument(
+        "--target-epsilon", default="1", help="each site's eps for this run: one number, or one per site 'e0,e1,...' (default 1)"
+    )
+    parser.add_argument(
+        "--lifetime-epsilon", default="",
+        help=f"each site's lifetime eps over all runs on its data, one number or one per site "
+        f"(default {LIFETIME_FACTOR:g} x its --target-epsilon)",
+    )  # fmt: skip
+    parser.add_argument("--data-files", default="", help="comma-separated .npz site files, one per site (default: partitions)")
+    parser.add_argument("--run-config", default="", help="extra run-config overrides, 'key=value ...' as for flwr run")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds the run may take (default 900)")
+    parser.add_argument(
+        "--compare-simulation", action="store_true",
+        help="then run the same run config on the simulation engine and report both round times and accuracies",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class Site:
+    """One site's node config and the folders it keeps between runs."""
+
+    site_id: int
+    node_config: dict[str, Any]
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def per_site(flag: str, text: str, sites: int) -> list[float]:
+    """One positive number per site from 'x' (every site) or 'x0,x1,...' (one each); ValueError naming the flag."""
+    try:
+        values = [float(item) for item in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{flag}={text!r} is invalid: give a number or one number per site, comma-separated") from None
+    if len(values) not in (1, sites):
+        raise ValueError(f"{flag}={text!r} gives {len(values)} values for --sites={sites}: give one, or one per site")
+    for value in values:
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{flag}={text!r} is out of range: every value must be a finite number > 0")
+    return values * sites if len(values) == 1 else values
+
+
+def _check_args(args: argparse.Namespace, app_dir: Path) -> str | None:
+    """The first invalid argument as one line, or None. Nothing has started yet."""
+    if args.sites < 1:
+        return f"--sites={args.sites} is out of range: it must be >= 1"
+    if args.rounds < 1:
+        return f"--rounds={args.rounds} is out of range: it must be >= 1"
+    try:
+        per_site("--target-epsilon", args.target_epsilon, args.sites)
+        if args.lifetime_epsilon:
+            per_site("--lifetime-epsilon", args.lifetime_epsilon, args.sites)
+    except ValueError as error:
+        return str(error)
+    workdir = args.workdir.resolve()
+    if workdir == app_dir or app_dir in workdir.parents:
+        return f"--workdir {workdir} is inside the app folder {app_dir}, which flwr run bundles: choose a folder outside it"
+    files = [item for item in args.data_files.split(",") if item.strip()]
+    if files and args.compare_simulation:
+        return "--compare-simulation needs partition sites (no --data-files): the simulation engine cannot read site files"
+    if files and len(files) != args.sites:
+        return f"--data-files names {len(files)} files for --sites={args.sites}: give one file per site"
+    for item in files:
+        if not Path(item).is_file():
+            return f"--data-files: file not found: {item}"
+    return None
+
+
+def sites_for(args: argparse.Namespace) -> list[Site]:
+    """Each site's node config; folders under --workdir, so that a second call reuses them."""
+    files = [str(Path(item).resolve()) for item in args.data_files.split(",") if item.strip()]
+    targets = per_site("--target-epsilon", args.target_epsilon, args.sites)
+    if args.lifetime_epsilon:
+        lifetimes = per_site("--lifetime-epsilon", args.lifetime_epsilon, args.sites)
+    else:
+        lifetimes = [LIFETIME_FACTOR * target for target in targets]
+    sites = []
+    for site_id in range(args.sites):
+        folder = args.workdir.resolve() / "sites" / f"site-{site_id}"
+        config: dict[str, Any] = {
+            "partition-id": site_id,
+            "num-partitions": args.sites,
+            "target-epsilon": targets[site_id],
+            "lifetime-epsilon": lifetimes[site_id],
+            "ledger-dir": str(folder / "ledgers"),
+            "secret-dir": str(folder / "secret"),
+            "cache-dir": str(folder / "cache"),
+        }
+        if files:
+            config["data-file"] = files[site_id]
+        sites.append(Site(site_id, config))
+    return sites
+
+
+def open_ledger(site: Site, config: RunConfig) -> SiteLedger:
+    """The site's lifetime ledger for its data, opened exactly as its ClientApp opens it: a corrupt file,
+    a file of another data set, or a lifetime budget below what was spent raises ValueError naming it."""
+    from client.client_app import site_ledger
+    from client.site import SitePolicy
+
+    return site_ledger(SitePolicy.from_node_config(site.node_config), config)
+
+
+def _check_ledgers(sites: list[Site], config: RunConfig) -> str | None:
+    """Every site's ledger problem is an input error, found before anything starts."""
+    for site in sites:
+        try:
+            open_ledger(site, config)
+        except ValueError as error:
+            return f"site {site.site_id}: {error}"
+    return None
+
+
+def run_config_of(args: argparse.Namespace, run_name: str) -> dict[str, Any]:
+    """The run's config: rounds, the results folder under --workdir, no client-side evaluation (the
+    server evaluates centrally; each evaluation would start one more process per site and round)."""
+    from flwr.common.config import parse_config_args
+
+    config: dict[str, Any] = {
+        "num-server-rounds": args.rounds,
+        "target-epsilon": max(per_site("--target-epsilon", args.target_epsilon, args.sites)),
+        "fraction-evaluate": 0.0,
+        "results-dir": str(args.workdir.resolve() / "results"),
+        "run-name": run_name,
+    }
+    if args.run_config.strip():
+        config.update(parse_config_args([args.run_config]))
+    return config
+
+
+def _next_run_name(workdir: Path) -> str:
+    results = workdir / "results"
+    taken = {path.name for path in results.iterdir()} if results.is_dir() else set()
+    index = 1
+    while f"pilot-{index}" in taken:
+        index += 1
+    return f"pilot-{index}"
+
+
+def _site_status(run_dir: Path, site_id: int) -> tuple[str, str]:
+    """The site's last status in the run's ledger.csv (trained, refused, failed, idle) and its reason."""
+    import csv
+
+    path = run_dir / "ledger.csv"
+    if not path.is_file():
+        return "unknown", "the run wrote no ledger.csv"
+    with open(path, newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if int(row["client"]) == site_id]
+    statuses = [row["status"] for row in rows]
+    for status in ("trained", "refused", "failed"):
+        if status in statuses:
+            reason = next(row["reason"] for row in rows if row["status"] == status)
+            return status, reason
+    return (statuses[-1] if statuses else "unknown"), ""
+
+
+def report(
+    outcome_status: str, ok: bool, run_dir: Path, sites: list[Site], config: RunConfig, duration_s: float
+) -> dict[str, Any]:
+    """The object --json prints: the run's status and each site's lifetime position (read from its ledger)."""
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    entries = []
+    for site in sites:
+        ledger = open_ledger(site, config)
+        spent = ledger.spent()
+        status, reason = _site_status(run_dir, site.site_id)
+        entries.append(
+            {
+                "id": site.site_id,
+                "target_epsilon": site.node_config["target-epsilon"],
+                "lifetime_epsilon": site.node_config["lifetime-epsilon"],
+                "lifetime_epsilon_spent": spent if math.isfinite(spent) else None,
+                "lifetime_delta": ledger.delta,
+                "runs_in_ledger": len(ledger.runs),
+                "ledger_file": str(ledger.store.path) if ledger.store.path.is_file() else None,
+                "noise": "node secret",
+                "status": status,
+                "reason": reason,
+            }
+        )
+    return {
+        "tls": True,
+        "authenticated": True,
+        "status": outcome_status,
+        "ok": ok,
+        "run_dir": str(run_dir),
+        "rounds": summary.get("rounds"),
+        "final_accuracy": summary.get("final_accuracy"),
+        "noise": summary.get("noise"),
+        "seconds": round(duration_s, 1),
+        "sites": entries,
+    }
+
+
+def round_seconds(run_dir: Path) -> list[float]:
+    """Each round's wall time from a run folder's rounds.csv (its `seconds` column is cumulative)."""
+    import csv
+
+    with open(run_dir / "rounds.csv", newline="") as handle:
+        cumulative = [float(row["seconds"]) for row in csv.DictReader(handle)]
+    return [later - earlier for earlier, later in zip([0.0, *cumulative], cumulative)]
+
+
+def compare_with_simulation(overrides: dict[str, Any], sites: int, run_dir: Path) -> dict[str, Any]:
+    """The same run config on Flower's simulation engine (one CPU per client, as Ray gives it), right
+    after the deployment run: median round times (the first round excluded: it pays start-up on both
+    engines), their ratio, and both final accuracies. Only meaningful for partition sites."""
+    import statistics
+
+    from dirichlet_fl.simulation import simulate
+
+    simulated = run_dir.with_name(f"{run_dir.name}-simulation")
+    simulate(overrides | {"run-name": simulated.name}, num_supernodes=sites)
+    steady = {name: round_seconds(folder)[1:] or round_seconds(folder) for name, folder in
+              (("deployment", run_dir), ("simulation", simulated))}  # fmt: skip
+    medians = {name: statistics.median(times) for name, times in steady.items()}
+    accuracy = {
+        name: json.loads((folder / "summary.json").read_text())["final_accuracy"]
+        for name, folder in (("deployment", run_dir), ("simulation", simulated))
+    }
+    return {
+        "median_round_seconds": medians,
+        "round_time_ratio": medians["deployment"] / medians["simulation"],
+        "final_accuracy": accuracy,
+        "simulation_run_dir": str(simulated),
+    }
+
+
+def _print_report(result: dict[str, Any]) -> None:
+    accuracy = result["final_accuracy"]
+    accuracy_text = "n/a" if accuracy is None else f"{accuracy:.4f}"
+    print(
+        f"pilot: {result['status']} in {result['seconds']} s (TLS, authenticated SuperNodes), "
+        f"{result['rounds']} rounds, final accuracy {accuracy_text}; results in {result['run_dir']}"
+    )
+    for site in result["sites"]:
+        spent = site["lifetime_epsilon_spent"]
+        spent_text = "inf" if spent is None else f"{spent:.4f}"
+        reason = f" ({site['reason']})" if site["reason"] else ""
+        print(
+            f"site {site['id']}: {site['status']}{reason}; lifetime eps {spent_text} of "
+            f"{site['lifetime_epsilon']:g}; ledger {site['ledger_file']}"
+        )
+    if "comparison" in result:
+        comparison = result["comparison"]
+        print(
+            f"median round: deployment {comparison['median_round_seconds']['deployment']:.2f} s, simulation "
+            f"{comparison['median_round_seconds']['simulation']:.2f} s (ratio {comparison['round_time_ratio']:.2f}); "
+            f"final accuracy: deployment {comparison['final_accuracy']['deployment']:.4f}, "
+            f"simulation {comparison['final_accuracy']['simulation']:.4f}"
+        )
+
+
+def _sigterm_to_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run(args: argparse.Namespace) -> int:
+    from flwr.common.config import get_fused_config_from_dir
+
+    from dirichlet_fl.config import RunConfig
+    from dirichlet_fl.simulation import APP_DIR
+
+    problem = _check_args(args, APP_DIR.resolve())
+    if problem is not None:
+        return _fail(problem)
+    sites = sites_for(args)
+    run_name = _next_run_name(args.workdir.resolve())
+    try:
+        overrides = run_config_of(args, run_name)
+        config = RunConfig.from_run_config(get_fused_config_from_dir(APP_DIR, overrides))
+    except ValueError as error:
+        return _fail(f"--run-config: {error}")
+    problem = _check_ledgers(sites, config)
+    if problem is not None:
+        return _fail(problem)
+    from cli.deployment import DeploymentError, Federation
+
+    # One thread per process, as Ray gives a simulated client with num-cpus=1: torch's default (every
+    # core) on tiny models spends more time synchronising threads than computing (docs/consortium.md).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    run_dir = args.workdir.resolve() / "results" / run_name
+    previous = signal.signal(signal.SIGTERM, _sigterm_to_exit)  # so that `kill` also stops every process
+    try:
+        with Federation(args.workdir, [site.node_config for site in sites], name="pilot") as federation:
+            outcome = federation.run(APP_DIR, overrides, timeout=args.timeout)
+    except DeploymentError as error:
+        return _fail(str(error))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    status = outcome.status or ("timed out" if outcome.timed_out else f"failed (flwr exit {outcome.returncode})")
+    result = report(status, outcome.ok, run_dir, sites, config, outcome.duration_s)
+    if args.compare_simulation and outcome.ok:
+        result["comparison"] = compare_with_simulation(overrides, args.sites, run_dir)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_report(result)
+    if not outcome.ok:
+        print(f"{PROG}: the run failed; see {outcome.log_path}", file=sys.stderr)
+    return 0 if outcome.ok else 1

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# A consortium rehearsal on Flower's Deployment Engine, on loopback: one SuperLink (TLS, SuperNode
+# authentication) and one SuperNode per site, one run of this app, then every process stopped.
+# Arguments go to `dirichlet-fl pilot`, e.g.  scripts/pilot.sh --sites 3 --rounds 15 --json
+# The workdir (certificates, keys, ledgers, results) defaults to ~/.cache/dirichlet-fl/pilot, outside
+# the project: flwr run bundles the project folder. See docs/consortium.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export FLWR_TELEMETRY_ENABLED=0
+ARGS=("$@")
+if [[ " ${ARGS[*]} " != *" --workdir "* ]]; then
+  ARGS+=(--workdir "${PILOT_WORKDIR:-$HOME/.cache/dirichlet-fl/pilot}")
+fi
+exec .venv/bin/python -m cli.main pilot "${ARGS[@]}"

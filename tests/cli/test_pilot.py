@@ -1,0 +1,142 @@
+"""`dirichlet-fl pilot` end to end: Flower's Deployment Engine on loopback with TLS and SuperNode
+authentication, three sites with their own data files and budgets, two consecutive runs.
+
+Checks what a consortium relies on: the second run's ledgers continue from the first's (same files,
+spending composed), a site whose lifetime budget is spent refuses and the coordinator's run folder
+and the pilot's report say so, an unregistered SuperNode is refused, bad input is one line with exit
+code 2 before anything starts, and no process is left running. Digits data, 2 rounds, tiny steps.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import numpy as np
+import pytest
+
+from cli.deployment import DeploymentError, Federation, make_node_keys
+from cli.main import main
+from dirichlet_fl.data import load_dataset, write_site_file
+
+BUDGET_S = 600  # a hang guard; measured: about 60 s of CPU for the whole module (README, docs/consortium.md)
+RUN = "local-steps=10 batch-size=8 learning-rate=0.5"
+
+
+@pytest.fixture(autouse=True)
+def hard_timeout() -> Iterator[None]:
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"test exceeded {BUDGET_S} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(BUDGET_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def site_files(folder: Path, sites: int = 3) -> list[Path]:
+    """Disjoint digits examples per site, written as DermaMNIST-layout .npz files."""
+    data = load_dataset("digits")
+    order = np.random.default_rng(0).permutation(len(data.train_y))
+    tests = np.array_split(np.arange(len(data.test_y)), sites)
+    return [
+        write_site_file(folder / f"site-{i}.npz", data, np.sort(order[i * 150 : (i + 1) * 150]), tests[i])
+        for i in range(sites)
+    ]
+
+
+def pilot(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = main(["pilot", *args])
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if code in (0, 1) and out.strip().startswith("{") else {})
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line mentions `text` (the workdir): what a pilot left running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workdir = tmp_path / "consortium"
+    files = ",".join(str(path) for path in site_files(tmp_path / "data"))
+    args = [
+        "--sites", "3", "--rounds", "2", "--workdir", str(workdir), "--data-files", files,
+        "--target-epsilon", "1,2,1", "--lifetime-epsilon", "3,6,1", "--run-config", RUN, "--json",
+    ]  # fmt: skip
+    code, first = pilot(capsys, *args)
+    assert code == 0, first
+    assert first["tls"] and first["authenticated"] and first["status"] == "finished:completed"
+    assert first["rounds"] == 2 and first["noise"] == "node secret"
+    assert [site["status"] for site in first["sites"]] == ["trained"] * 3
+    for site, target in zip(first["sites"], (1, 2, 1)):
+        assert 0 < site["lifetime_epsilon_spent"] <= target and site["runs_in_ledger"] == 1
+        assert site["noise"] == "node secret" and Path(site["ledger_file"]).is_file()
+    keys = sorted((workdir / "keys").iterdir())
+    key_bytes = [path.read_bytes() for path in keys]
+
+    code, second = pilot(capsys, *args)
+    assert code == 0, second
+    assert [path.read_bytes() for path in sorted((workdir / "keys").iterdir())] == key_bytes  # sites reused
+    for before, after in zip(first["sites"][:2], second["sites"][:2]):
+        assert after["status"] == "trained" and after["ledger_file"] == before["ledger_file"]
+        assert after["runs_in_ledger"] == 2
+        assert before["lifetime_epsilon_spent"] < after["lifetime_epsilon_spent"] <= after["lifetime_epsilon"]
+    spent = second["sites"][2]
+    assert spent["status"] == "refused" and "lifetime budget spent" in spent["reason"]
+    assert spent["lifetime_epsilon_spent"] == first["sites"][2]["lifetime_epsilon_spent"]
+    ledger_csv = (Path(second["run_dir"]) / "ledger.csv").read_text()
+    assert "refused" in ledger_csv and "Traceback" not in ledger_csv
+
+    code, _ = pilot(capsys, *args[:-5], "--lifetime-epsilon", "0.5", "--run-config", RUN)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is below what this site already spent" in err
+
+    ledger = Path(second["sites"][0]["ledger_file"])
+    ledger.write_text("{not json")
+    code, _ = pilot(capsys, *args)
+    err = capsys.readouterr().err
+    assert code == 2 and f"ledger file {ledger} is corrupt" in err
+    assert not processes_mentioning(str(workdir))
+
+
+def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
+    federation = Federation(tmp_path / "fed", [], name="auth")
+    try:
+        with federation, pytest.raises(DeploymentError, match="is not registered"):
+            federation.add_node({"partition-id": 0, "num-partitions": 1}, keys=make_node_keys(tmp_path, 9), register=False)
+    finally:
+        federation.stop()
+    assert not federation.alive_pids()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sites", "2", "--rounds", "1", "--data-files", "/nowhere/site.npz,/nowhere/b.npz"], "--data-files: file not found: /nowhere/site.npz"),
+        (["--sites", "2", "--rounds", "1", "--lifetime-epsilon", "1,2,3"], "--lifetime-epsilon='1,2,3' gives 3 values"),
+        (["--sites", "2", "--rounds", "1", "--run-config", "target-epsilom=2"], "unknown run-config keys ['target-epsilom']"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code = main(["pilot", "--workdir", str(tmp_path / "w"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err
+    assert not (tmp_path / "w" / "logs").exists()  # nothing started

@@ -1,0 +1,171 @@
+"""A site's own word: node-config policy, a noise secret that never leaves the node, its own data file,
+a lifetime ledger across runs, and what the coordinator receives."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, Context, RecordDict
+from flwr.common.config import get_fused_config_from_dir
+
+import client.client_app as client_app
+from client.site import SiteLedger, SitePolicy, node_secret
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.data import load_dataset, write_site_file
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED, POLICY_REFUSED, SETUP_FAILED
+from dirichlet_fl.simulation import APP_DIR
+from dirichlet_fl.task import federated_split, initial_model
+from tests.helpers import set_task_identity, train_message
+
+RUN = {"num-server-rounds": 2, "local-steps": 4, "partitioner": "iid"}
+
+
+def context(node: dict[str, Any], run: dict[str, Any] | None = None, run_id: int = 1) -> Context:
+    set_task_identity()
+    run_config = get_fused_config_from_dir(APP_DIR, RUN | (run or {}))
+    node_config = {"partition-id": 0, "num-partitions": 2} | node
+    return Context(run_id=run_id, node_id=7, node_config=node_config, state=RecordDict(), run_config=run_config)
+
+
+def arrays(ctx: Context) -> ArrayRecord:
+    config = RunConfig.from_run_config(ctx.run_config)
+    return ArrayRecord(initial_model(config, federated_split(config.split_spec(2)).data).state_dict())
+
+
+def train(ctx: Context, server_round: int = 1):
+    return client_app.train(train_message(arrays(ctx), server_round), ctx)
+
+
+def weights(reply) -> dict[str, torch.Tensor]:
+    return reply.content["arrays"].to_torch_state_dict()
+
+
+def test_two_nodes_with_the_same_run_config_draw_different_noise(tmp_path: Path) -> None:
+    first = train(context({"secret-dir": str(tmp_path / "a")}))
+    second = train(context({"secret-dir": str(tmp_path / "b")}))
+    assert not all(torch.equal(first_w, second_w) for first_w, second_w in zip(weights(first).values(), weights(second).values()))
+    assert first.content["metrics"]["node-secret"] == 1
+    secret = tmp_path / "a" / "node-secret"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    again = train(context({"secret-dir": str(tmp_path / "a")}))  # the same node keeps its secret
+    assert secret.read_text() == (tmp_path / "a" / "node-secret").read_text()
+    assert all(torch.equal(a, b) for a, b in zip(weights(first).values(), weights(again).values()))
+
+
+def test_without_a_secret_the_seed_reproduces_a_round_exactly_and_secure_noise_does_not() -> None:
+    first, second = train(context({})), train(context({}))
+    assert all(torch.equal(a, b) for a, b in zip(weights(first).values(), weights(second).values()))
+    assert first.content["metrics"]["node-secret"] == 0
+    secure = [train(context({}, {"secure-noise": True})) for _ in range(2)]
+    assert secure[0].content["metrics"]["node-secret"] == 1
+    assert not all(torch.equal(a, b) for a, b in zip(weights(secure[0]).values(), weights(secure[1]).values()))
+
+
+def test_a_corrupt_secret_is_named_never_replaced(tmp_path: Path) -> None:
+    (tmp_path / "node-secret").write_text("not hex\n")
+    policy = SitePolicy.from_node_config({"partition-id": 0, "num-partitions": 1, "secret-dir": str(tmp_path)})
+    with pytest.raises(ValueError, match=f"node secret {tmp_path}/node-secret is unreadable"):
+        node_secret(policy, RunConfig())
+
+
+@pytest.mark.parametrize(
+    ("node", "run", "match"),
+    [
+        ({"max-target-epsilon": 2.0}, {"target-epsilon": 1e9}, "target-epsilon=1e\\+09 above this site's max-target-epsilon=2"),
+        ({"delta": 1e-6}, {}, "delta=1e-05 above this site's delta=1e-06"),
+        ({"alpha": 2.0}, {}, "alpha=3; this site trains with alpha=2 only"),
+    ],
+)
+def test_a_run_asking_more_than_the_site_allows_is_refused(node: dict, run: dict, match: str) -> None:
+    reply = train(context(node, run))
+    assert reply.has_error() and reply.error.code == POLICY_REFUSED
+    assert reply.error.reason.startswith("client 0: site policy:") and pytest.approx(0) == 0
+    assert match.replace("\\", "") in reply.error.reason
+
+
+def test_the_sites_target_wins_and_the_coordinator_cannot_raise_it() -> None:
+    metrics = train(context({"target-epsilon": 0.8}, {"target-epsilon": 1e9})).content["metrics"]
+    assert metrics["target-epsilon"] == 0.8 and metrics["epsilon"] <= 0.8
+
+
+def test_unknown_node_config_keys_are_named() -> None:
+    reply = train(context({"target-epsilom": 1.0}))
+    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert "unknown node-config keys ['target-epsilom']" in reply.error.reason
+
+
+def test_metrics_send_no_exact_count_and_no_traceback() -> None:
+    metrics = train(context({})).content["metrics"]
+    assert metrics["num-examples"] % 10 == 0
+    assert set(metrics) >= {"epsilon", "delta", "steps", "sample-rate", "target-epsilon", "can-continue", "train-loss"}
+    weighted = train(context({"aggregation-weight": 3.0})).content["metrics"]
+    assert weighted["num-examples"] == 3.0
+
+
+def site_file(tmp_path: Path, name: str = "site.npz") -> Path:
+    data = load_dataset("digits")
+    rng = np.random.default_rng(0)
+    return write_site_file(tmp_path / name, data, rng.choice(len(data.train_y), 300, replace=False), np.arange(50))
+
+
+def test_a_site_trains_on_its_own_data_file(tmp_path: Path) -> None:
+    reply = train(context({"data-file": str(site_file(tmp_path))}))
+    assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
+    assert reply.content["metrics"]["num-examples"] == 300
+
+
+@pytest.mark.parametrize("problem", ["missing", "not-npz", "no-labels"])
+def test_a_missing_or_malformed_data_file_is_named(tmp_path: Path, problem: str) -> None:
+    path = tmp_path / "site.npz"
+    if problem == "not-npz":
+        path.write_text("hello")
+    elif problem == "no-labels":
+        np.savez(path, train_images=np.zeros((4, 8, 8), np.uint8))
+    reply = train(context({"data-file": str(path)}))
+    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert f"data-file {path}" in reply.error.reason and "\n" not in reply.error.reason
+
+
+def test_the_lifetime_ledger_continues_across_runs_and_refuses_when_spent(tmp_path: Path) -> None:
+    node = {"ledger-dir": str(tmp_path), "lifetime-epsilon": 1.6, "data-file": str(site_file(tmp_path))}
+    first = train(context(node, run_id=11))
+    assert not first.has_error(), first.error.reason if first.has_error() else ""
+    ledger_file = next(tmp_path.glob("ledger-*.json"))
+    assert stat.S_IMODE(ledger_file.stat().st_mode) == 0o600
+    stored = json.loads(ledger_file.read_text())
+    assert list(stored["runs"]) == ["11"] and stored["runs"]["11"]["complete"]
+    one_run = stored["lifetime_epsilon_spent"]
+    second = train(context(node | {"lifetime-epsilon": one_run * 1.3}, run_id=12))
+    assert not second.has_error()
+    stored = json.loads(ledger_file.read_text())
+    assert list(stored["runs"]) == ["11", "12"]
+    assert one_run < stored["lifetime_epsilon_spent"] <= one_run * 1.3
+    spent = node | {"lifetime-epsilon": stored["lifetime_epsilon_spent"] * 1.0001}
+    third = train(context(spent, run_id=13))
+    assert third.has_error() and third.error.code == BUDGET_EXHAUSTED
+    assert "lifetime budget spent" in third.error.reason
+
+
+def test_bad_ledger_files_are_refused_naming_the_file(tmp_path: Path) -> None:
+    node = {"ledger-dir": str(tmp_path), "data-file": str(site_file(tmp_path))}
+    assert not train(context(node, run_id=1)).has_error()
+    ledger_file = next(tmp_path.glob("ledger-*.json"))
+    spent = json.loads(ledger_file.read_text())["lifetime_epsilon_spent"]
+    too_low = train(context(node | {"lifetime-epsilon": spent / 2}, run_id=2))
+    assert too_low.has_error() and too_low.error.code == SETUP_FAILED
+    assert "is below what this site already spent" in too_low.error.reason and str(ledger_file) in too_low.error.reason
+    stored = json.loads(ledger_file.read_text())
+    other = tmp_path / "other"
+    SiteLedger(other, "f" * 64, 1e-5, None).save("1", stored["runs"]["1"]["state"], True)
+    with pytest.raises(ValueError, match="belongs to another data set"):
+        SiteLedger(other, "f" * 16 + "0" * 48, 1e-5, None)
+    ledger_file.write_text("{broken")
+    corrupt = train(context(node, run_id=3))
+    assert corrupt.has_error() and corrupt.error.code == SETUP_FAILED
+    assert f"ledger file {ledger_file} is corrupt" in corrupt.error.reason
