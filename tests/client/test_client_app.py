@@ -167,7 +167,8 @@ def test_a_failure_after_partial_training_is_recorded_with_the_clients_true_eps(
     summary = writer.finish(0.1, 2.3, assumptions_hold=True)
     client0 = summary["clients"][0]
     mechanism = restore_mechanism(json.loads(ledger_file.read_text())["mechanism"])
-    reference = epsilon(client0["r"], 3.0, client0["sample_rate"], 7, 1e-5).epsilon
+    assert client0["sample_rate"] == float(f"{mechanism.sample_rate:.2g}")  # the server sees q rounded only
+    reference = epsilon(client0["r"], 3.0, mechanism.sample_rate, 7, 1e-5).epsilon
     assert client0["steps"] == mechanism.steps == 7 and client0["failed_rounds"] == 1
     assert client0["epsilon"] == mechanism.epsilon(1e-5) == pytest.approx(reference, rel=1e-12)
     with open(writer.directory / "ledger.csv") as handle:
