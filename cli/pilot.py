@@ -330,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
     problem = _check_ledgers(sites, config)
     if problem is not None:
         return _fail(problem)
-    from cli.deployment import DeploymentError, Federation
+    from cli.deployment import DeploymentError, Federation, stage_app
 
     # One thread per process, as Ray gives a simulated client with num-cpus=1: torch's default (every
     # core) on tiny models spends more time synchronising threads than computing (docs/consortium.md).
@@ -339,7 +339,8 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _sigterm_to_exit)  # so that `kill` also stops every process
     try:
         with Federation(args.workdir, [site.node_config for site in sites], name="pilot") as federation:
-            outcome = federation.run(APP_DIR, overrides, timeout=args.timeout)
+            app = stage_app(APP_DIR, args.workdir.resolve() / "app")
+            outcome = federation.run(app, overrides, timeout=args.timeout)
     except DeploymentError as error:
         return _fail(str(error))
     finally:

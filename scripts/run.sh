@@ -10,7 +10,9 @@
 #
 # flwr run starts a local SuperLink in the folder it is called from, and Ray's workers import from
 # there before the app bundle: so it is called from .flwr/, which holds no copy of the project, and
-# results-dir and data-root are handed over as absolute paths of this checkout.
+# results-dir and data-root are handed over as absolute paths of this checkout. It submits a snapshot
+# of the app (.flwr/app): Flower 1.42 rewrites the submitted pyproject.toml when it migrates the
+# [tool.flwr.federations] section, and the checkout stays untouched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -24,10 +26,13 @@ NUM_CLIENTS="${NUM_CLIENTS:-10}"
 ARGS=(--federation-config "num-supernodes=$NUM_CLIENTS" --run-config "results-dir='$ROOT/results' data-root='$ROOT/data'" "$@")
 "$ROOT/.venv/bin/dirichlet-fl" check "${ARGS[@]}"
 mkdir -p "$FLWR_HOME"
+PYTHONPATH="$ROOT" "$ROOT/.venv/bin/python" -c \
+  "import sys; from pathlib import Path; from cli.deployment import stage_app; stage_app(Path(sys.argv[1]), Path(sys.argv[2]))" \
+  "$ROOT" "$FLWR_HOME/app"
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 set +e
-(cd "$FLWR_HOME" && "$ROOT/.venv/bin/flwr" run "$ROOT" --stream "${ARGS[@]}") 2>&1 | tee "$LOG"
+(cd "$FLWR_HOME" && "$ROOT/.venv/bin/flwr" run "$FLWR_HOME/app" --stream "${ARGS[@]}") 2>&1 | tee "$LOG"
 FLWR_RC="${PIPESTATUS[0]}"
 set -e
 STATUS="$(grep -o 'dirichlet-fl run status: [a-z-]*' "$LOG" | tail -n 1 | sed 's/.*: //' || true)"
