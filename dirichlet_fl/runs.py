@@ -41,11 +41,15 @@ from dirichlet_fl.data import ImageData
 from dirichlet_fl.files import append_atomically, write_atomically
 from dirichlet_fl.plots import CURVES_FILE, plot_runs
 from dirichlet_fl.task import build_run_model, federated_split
+from privacy.client_level import COVERS as CLIENT_LEVEL_COVERS
 
 ROUND_COLUMNS = [
     "round", "central_accuracy", "central_loss", "federated_accuracy", "federated_loss", "train_loss",
     "trained", "refused", "failed", "max_epsilon", "seconds",
+    "client_level_epsilon", "client_level_delta", "client_level_sample_rate", "client_level_rounds",
 ]
+CLIENT_LEVEL_KEYS = ("epsilon", "delta", "sample_rate", "rounds")
+"""RoundRecord.client_level's keys, written as client_level_<key> (nan without client-dp)."""
 LEDGER_COLUMNS = [
     "round", "client", "status", "epsilon", "delta", "steps", "target_epsilon", "sample_rate", "noise_parameter",
     "learning_rate",
@@ -80,6 +84,8 @@ class RoundRecord:
     sent: ArrayRecord | None = None
     """The global weights sent for training; with `returned`, kept only when the run keeps updates."""
     returned: dict[int, ArrayRecord] = field(default_factory=dict)
+    client_level: dict[str, float] = field(default_factory=dict)
+    """Client-level DP of the aggregate (privacy/client_level.py): epsilon, delta, sample_rate, rounds."""
 
     @property
     def max_epsilon(self) -> float:
@@ -87,7 +93,10 @@ class RoundRecord:
 
     @property
     def train_loss(self) -> float:
-        """Mean local training loss, weighted by the trainers' example counts."""
+        """Mean local training loss, weighted by the trainers' example counts; nan when the clients
+        withheld them (secure-aggregation: dirichlet_fl.protocol.WITHHELD_METRICS)."""
+        if any("num-examples" not in m for m in self.trained.values()):
+            return math.nan
         total = sum(m["num-examples"] for m in self.trained.values())
         if not total:
             return math.nan
@@ -150,6 +159,7 @@ class RunWriter:
         self.covers = covers
         self.clients = {c: ClientLedger(config.target_epsilon_for(c, num_clients)) for c in range(num_clients)}
         self.rounds: list[dict[str, Any]] = []
+        self.client_level: dict[str, float] = {}
         self.started = time.monotonic()
 
     @classmethod
@@ -215,7 +225,9 @@ class RunWriter:
             "failed": len(record.failed),
             "max_epsilon": record.max_epsilon,
             "seconds": round(time.monotonic() - self.started, 3),
+            **{f"client_level_{key}": record.client_level.get(key, math.nan) for key in CLIENT_LEVEL_KEYS},
         }
+        self.client_level = record.client_level or self.client_level
         ledger_rows = [{"round": record.server_round, "client": c, **entry} for c, entry in self._update_ledger(record).items()]
         append_atomically(self.directory / "rounds.csv", _csv_text(ROUND_COLUMNS, [row]))
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows))
@@ -277,6 +289,17 @@ class RunWriter:
                  "noise_parameter": "", "reason": reason} for client, reason in sorted(reasons.items())]
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, rows))
 
+    def _client_level_summary(self) -> dict[str, Any] | None:
+        """What the client-level eps covers and its parameters; None without client-dp."""
+        if self.config.client_dp == "none":
+            return None
+        return {
+            **{key: _json_number(self.client_level.get(key, math.nan)) for key in CLIENT_LEVEL_KEYS},
+            "noise_multiplier": self.config.client_noise_multiplier,
+            "clipping_norm": self.config.client_clipping_norm,
+            "covers": CLIENT_LEVEL_COVERS,
+        }
+
     def save_weights(self, arrays: ArrayRecord) -> None:
         self.save_weights_dict(arrays.to_torch_state_dict())
 
@@ -300,6 +323,9 @@ class RunWriter:
             "epsilon_covers": self.covers,
             "accountant_assumptions_hold": assumptions_hold,
             "max_epsilon": _json_number(max((c.epsilon for c in self.clients.values()), default=0.0)),
+            "secure_aggregation": self.config.secure_aggregation,
+            "client_dp": self.config.client_dp,
+            "client_level": self._client_level_summary(),
             "seconds": round(time.monotonic() - self.started, 3),
             "clients": [
                 {
@@ -313,6 +339,7 @@ class RunWriter:
                     **{key.replace("-", "_"): value for key, value in ledger.noise.items()},
                     "refused_rounds": ledger.refused_rounds,
                     "failed_rounds": ledger.failed_rounds,
+                    "client_level_epsilon": _json_number(self.client_level.get("epsilon", math.nan)),
                 }
                 for client, ledger in self.clients.items()
             ],

@@ -31,6 +31,7 @@ from dirichlet_fl.task import (
 )
 from privacy.registry import covers
 from strategies.private_fedavg import PrivateFedAvg
+from strategies.secure import build_strategy
 
 app = ServerApp()
 CLIENT_LINES = 20
@@ -57,11 +58,21 @@ def _central_evaluator(config: RunConfig, num_clients: int):
 
 def _round_line(config: RunConfig, row: dict[str, Any]) -> str:
     eps = row["max_epsilon"]
-    privacy = "" if config.mechanism == "none" else f"  max eps {eps:.4f} (delta={config.delta:g})"
+    privacy = "" if config.mechanism == "none" else f"  max eps {eps:.4f} (delta={config.delta:g}, per example)"
     return (
         f"round {row['round']}/{config.num_server_rounds}  accuracy {row['central_accuracy']:.4f}  "
         f"loss {row['central_loss']:.4f}  trained {row['trained']}  refused {row['refused']}  "
-        f"failed {row['failed']}{privacy}  [{row['seconds']:.1f} s]"
+        f"failed {row['failed']}{privacy}{_client_level_part(config, row)}  [{row['seconds']:.1f} s]"
+    )
+
+
+def _client_level_part(config: RunConfig, row: dict[str, Any]) -> str:
+    """The client-level eps of the aggregate (client-dp), labelled: it covers a whole client's data."""
+    if config.client_dp == "none":
+        return ""
+    return (
+        f"  client-level eps {row['client_level_epsilon']:.4f} (delta={row['client_level_delta']:g}, "
+        f"q<={row['client_level_sample_rate']:.4g}, {row['client_level_rounds']:g} rounds, per client)"
     )
 
 
@@ -70,10 +81,7 @@ def main(grid: Grid, context: Context) -> None:
     """Run the federation and write results-dir/<run>/ (or continue the run in resume-from)."""
     config = RunConfig.from_run_config(context.run_config)
     resolve_device(config.device)  # before any folder exists: a missing GPU leaves nothing behind
-    strategy = PrivateFedAvg(
-        seed=config.seed, fraction_train=config.fraction_train, fraction_evaluate=config.fraction_evaluate,
-        keep_updates=config.keep_updates,
-    )
+    strategy = build_strategy(config)
     num_clients = strategy.discover(grid, code_fingerprint(APP_DIR))
     evaluate_fn = _central_evaluator(config, num_clients)
     try:
@@ -172,6 +180,12 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
             f"refused {client['refused_rounds']} rounds)"
         )
     lines.append(f"each eps covers {summary['epsilon_covers']}")
+    if summary["client_level"] is not None:
+        level = summary["client_level"]
+        lines.append(f"client-level eps {level['epsilon']} (delta={level['delta']:g}, q<={level['sample_rate']}, "
+                     f"{level['rounds']} rounds) covers {level['covers']}")
+    if config.secure_aggregation != "none":
+        lines.append(f"secure aggregation {config.secure_aggregation}: the server saw only sums of updates")
     if config.mechanism == "dirichlet":
         lines.append("the weights can leak more than eps: measure it with `dirichlet-fl audit <run folder>`")
     if not summary["accountant_assumptions_hold"]:

@@ -1,0 +1,238 @@
+"""SecAgg+ and client-level DP: Flower's real protocol code (secaggplus_mod, SecAggPlusWorkflow) run
+in-process through our bridges (client/secure.py, strategies/secure.py), and the client-level ledger
+checked against dp-accounting."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+from dp_accounting.privacy_accountant import NeighboringRelation
+from dp_accounting.rdp import RdpAccountant
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common import bytes_to_ndarray
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
+from flwr.serverapp import Grid
+from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, get_norm
+from flwr.supercore.privacy_accounting import GaussianPrivacyEvent, PrivacyConfig, SamplingMethod
+from flwr.supercore.privacy_accounting import NeighboringRelation as FlowerRelation
+from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant as FlowerRdpAccountant
+from flwr.supercore.run import Run
+
+from client.client_app import app as client_app
+from client.secure import aggregation_mod
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.protocol import BUDGET_EXHAUSTED
+from dirichlet_fl.task import federated_split, initial_model
+from privacy.client_level import ClientLevelAccountant, ClientLevelRound
+from strategies.secure import SecureFedAvg
+from tests.helpers import client_context, set_task_identity, train_message
+
+SHAPES = {"conv.weight": (8, 1, 3, 3), "fc.weight": (10, 200), "fc.bias": (10,)}
+EXAMPLES = [37, 120, 64, 9, 88]
+
+
+def updates_for(partition: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(partition)
+    return {name: rng.normal(0.0, 0.05, shape).astype(np.float32) for name, shape in SHAPES.items()}
+
+
+def fake_client_app(refuse: set[int] = frozenset()) -> ClientApp:  # type: ignore[assignment]
+    """Our aggregation_mod around a handler that returns global + a known update per partition."""
+    app = ClientApp(mods=[aggregation_mod])
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        partition = int(context.node_config["partition-id"])
+        if partition in refuse:
+            return Message(Error(BUDGET_EXHAUSTED, f"client {partition}: budget spent"), reply_to=msg)
+        incoming = msg.content.array_records["arrays"]
+        new = {k: Array(incoming[k].numpy() + updates_for(partition)[k]) for k in incoming.keys()}
+        metrics = {"num-examples": EXAMPLES[partition], "partition-id": partition, "train-loss": 0.5,
+                   "epsilon": 0.25 * partition, "can-continue": 1}
+        return Message(RecordDict({"arrays": ArrayRecord(new), "metrics": MetricRecord(metrics)}), reply_to=msg)
+
+    return app
+
+
+class InProcessGrid(Grid):
+    """Delivers each message to a ClientApp in this process; a node listed in `drop` for a SecAgg+ stage
+    sends no reply from that stage on (a crash). Keeps every reply for inspection."""
+
+    def __init__(self, app: ClientApp, num_nodes: int, drop: dict[str, set[int]] | None = None) -> None:
+        set_task_identity()
+        self.app = app
+        self.contexts = {100 + p: Context(run_id=1, node_id=100 + p, node_config={"partition-id": p},
+                                          state=RecordDict(), run_config={}) for p in range(num_nodes)}
+        self.drop = drop or {}
+        self.dead: set[int] = set()
+        self.replies: list[tuple[str, Message]] = []
+        self._run = Run.create_empty(run_id=1)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        replies = []
+        for message in messages:
+            node = message.metadata.dst_node_id
+            stage = str(message.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE])
+            if node in self.drop.get(stage, set()):
+                self.dead.add(node)
+            if node in self.dead:
+                continue
+            reply = self.app(copy.deepcopy(message), self.contexts[node])  # a copy, as if sent over the wire
+            self.replies.append((stage, reply))
+            replies.append(reply)
+        return replies
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def set_run(self, run: Run) -> None:
+        self._run = run
+
+    def create_message(self, *args, **kwargs):
+        raise NotImplementedError
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        raise NotImplementedError
+
+
+def secure_round(grid: InProcessGrid, **overrides) -> tuple[SecureFedAvg, ArrayRecord, ArrayRecord | None]:
+    config = RunConfig(**({"secure_aggregation": "secaggplus", "secagg_max_weight": 200.0} | overrides))
+    strategy = SecureFedAvg(config, seed=0, fraction_train=1.0, fraction_evaluate=0.0)
+    strategy.partition_of = {node: node - 100 for node in grid.contexts}
+    rng = np.random.default_rng(99)
+    arrays = ArrayRecord({k: Array(rng.normal(0, 1, s).astype(np.float32)) for k, s in SHAPES.items()})
+    messages = list(strategy.configure_train(1, arrays, ConfigRecord(), grid))
+    return strategy, arrays, strategy.train_and_aggregate(grid, 1, arrays, messages, timeout=60.0)
+
+
+def weighted_mean_update(partitions: list[int]) -> dict[str, np.ndarray]:
+    total = sum(EXAMPLES[p] for p in partitions)
+    return {k: sum(EXAMPLES[p] * updates_for(p)[k].astype(np.float64) for p in partitions) / total for k in SHAPES}
+
+
+def quantization_tolerance(config: RunConfig, partitions: list[int]) -> float:
+    """Worst case per entry: each client's weighted value is rounded to a step of 2c/Q, and the weighted
+    sum is divided by the total weight (in units of max-weight); plus float32 rounding of the result."""
+    step = 2 * config.secagg_clipping_range / config.secagg_quantization_range
+    total_ratio = sum(EXAMPLES[p] for p in partitions) / config.secagg_max_weight
+    return len(partitions) * step / total_ratio + 1e-6
+
+
+def assert_aggregate(new: ArrayRecord, old: ArrayRecord, partitions: list[int], tolerance: float) -> None:
+    expected = weighted_mean_update(partitions)
+    for key in SHAPES:
+        got = new[key].numpy().astype(np.float64) - old[key].numpy()
+        assert np.max(np.abs(got - expected[key])) <= tolerance, key
+
+
+def test_reconstructed_sum_equals_fedavg_within_quantization_and_each_masked_vector_is_noise() -> None:
+    grid = InProcessGrid(fake_client_app(), 5)
+    strategy, old, new = secure_round(grid)
+    assert new is not None
+    assert_aggregate(new, old, list(range(5)), quantization_tolerance(strategy.config, list(range(5))))
+    record = strategy.current
+    assert record is not None and sorted(record.trained) == [0, 1, 2, 3, 4] and not record.failed
+    assert all("num-examples" not in m and "train-loss" not in m for m in record.trained.values())
+    assert record.trained[3]["epsilon"] == 0.75  # the ledger's metrics reach the server in the clear
+    masked = [r for stage, r in grid.replies if stage == Stage.COLLECT_MASKED_VECTORS]
+    assert len(masked) == 5
+    for reply in masked:
+        assert not reply.content.array_records["fitres.parameters"]  # no clear-text update travels
+        assert reply.content.metric_records["fitres.num_examples"]["num_examples"] == 0
+        partition = int(reply.content.config_records["fitres.metrics"]["partition-id"])
+        vectors = [bytes_to_ndarray(b) for b in reply.content.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS]]
+        masked_flat = np.concatenate([v.ravel() for v in vectors[1:]]).astype(np.float64)  # [0]: the weight
+        plain_flat = np.concatenate([updates_for(partition)[k].ravel() for k in SHAPES]).astype(np.float64)
+        correlation = np.corrcoef(masked_flat, plain_flat)[0, 1]
+        assert abs(correlation) < 5 / math.sqrt(plain_flat.size)  # 5 standard errors of independent vectors
+
+
+def test_a_client_dropped_after_sharing_its_keys_is_unmasked_away() -> None:
+    grid = InProcessGrid(fake_client_app(), 5, drop={Stage.COLLECT_MASKED_VECTORS: {102}})
+    strategy, old, new = secure_round(grid)
+    assert new is not None
+    survivors = [0, 1, 3, 4]
+    assert_aggregate(new, old, survivors, quantization_tolerance(strategy.config, survivors))
+    record = strategy.current
+    assert record is not None and sorted(record.trained) == survivors
+    assert "dropped out of SecAgg+ at stage 'collect_masked_vectors'" in record.failed[2]
+
+
+def test_too_many_dropouts_leave_the_model_unchanged_with_a_clear_record(caplog: pytest.LogCaptureFixture) -> None:
+    drop = {Stage.COLLECT_MASKED_VECTORS: {101, 102, 103, 104}}
+    grid = InProcessGrid(fake_client_app(), 5, drop=drop)
+    strategy, _, new = secure_round(grid, secagg_reconstruction_threshold=3.0, secagg_num_shares=5.0)
+    assert new is None
+    record = strategy.current
+    assert record is not None and sorted(record.trained) == [0] and sorted(record.failed) == [1, 2, 3, 4]
+
+
+def test_a_refusal_under_secagg_keeps_its_code_and_the_round_goes_on() -> None:
+    grid = InProcessGrid(fake_client_app(refuse={1}), 4)
+    strategy, old, new = secure_round(grid)
+    assert new is not None
+    record = strategy.current
+    assert record is not None and record.refused == {1: "client 1: budget spent"} and sorted(record.trained) == [0, 2, 3]
+    assert_aggregate(new, old, [0, 2, 3], quantization_tolerance(strategy.config, [0, 2, 3]))
+    assert 101 in strategy.exhausted
+
+
+def test_client_dp_under_secagg_noises_the_sum_and_accounts_the_survivors() -> None:
+    grid = InProcessGrid(fake_client_app(), 4, drop={Stage.COLLECT_MASKED_VECTORS: {103}})
+    strategy, old, new = secure_round(grid, client_dp="central", client_clipping_norm=0.1,
+                                      client_noise_multiplier=0.0)
+    assert new is not None
+    mean = np.concatenate([(new[k].numpy().astype(np.float64) - old[k].numpy()).ravel() for k in SHAPES])
+    assert np.linalg.norm(mean) <= 0.1 + 1e-4  # a mean of updates clipped to 0.1 (no noise: multiplier 0)
+    record = strategy.current
+    assert record is not None and record.client_level["epsilon"] == math.inf and record.client_level["rounds"] == 1
+
+    grid = InProcessGrid(fake_client_app(), 4, drop={Stage.COLLECT_MASKED_VECTORS: {103}})
+    strategy, _, _ = secure_round(grid, client_dp="central", client_noise_multiplier=2.0)
+    assert strategy.client_level is not None
+    assert strategy.client_level.rounds == [ClientLevelRound(4, 4, 2.0 * math.sqrt(3 / 4))]
+
+
+def test_every_update_is_clipped_to_c_before_noising(single_torch_thread: None) -> None:
+    """The real ClientApp (Dirichlet training on digits) under client-dp without SecAgg+: Flower's
+    fixedclipping_mod clips the update; the server adds the noise afterwards."""
+    context = client_context({"local-steps": 3, "partitioner": "iid"}, partition_id=0, num_partitions=2)
+    config = RunConfig.from_run_config(context.run_config)
+    model = initial_model(config, federated_split(config.split_spec(2)).data)
+    arrays = ArrayRecord(model.state_dict())
+    clipping_norm = 0.01
+    for server_round in (1, 2):
+        message = train_message(arrays, server_round)
+        message.content.config_records["config"][KEY_CLIPPING_NORM] = clipping_norm
+        reply = client_app(message, context)
+        new = reply.content.array_records["arrays"].to_numpy_ndarrays()
+        update = [a - b for a, b in zip(new, arrays.to_numpy_ndarrays())]
+        assert 0 < get_norm(update) <= clipping_norm * (1 + 1e-5)
+
+
+@pytest.mark.parametrize(("population", "sample_size", "multiplier", "rounds"), [(100, 10, 1.1, 30), (10, 10, 3.0, 5)])
+def test_client_level_eps_matches_dp_accounting(population: int, sample_size: int, multiplier: float, rounds: int) -> None:
+    accountant = ClientLevelAccountant(1e-5)
+    for _ in range(rounds):
+        accountant.compose(ClientLevelRound(population, sample_size, multiplier))
+    reference = RdpAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE)
+    event = dp_event.SampledWithoutReplacementDpEvent(population, sample_size, dp_event.GaussianDpEvent(multiplier / 2))
+    reference.compose(event, rounds)
+    assert accountant.epsilon() == pytest.approx(reference.get_epsilon(1e-5), rel=1e-12)
+    flower = FlowerRdpAccountant(PrivacyConfig(1e-5, population, FlowerRelation.REPLACE_ONE,
+                                               SamplingMethod.WITHOUT_REPLACEMENT))
+    flower.compose(GaussianPrivacyEvent(multiplier / 2, sample_size, population), rounds)
+    assert accountant.epsilon() == pytest.approx(flower.get_epsilon(1e-5), rel=1e-12)
