@@ -164,7 +164,7 @@ def _finish_failed(writer: RunWriter, config: RunConfig, reason: str) -> None:
 def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) -> list[str]:
     lines = [f"final accuracy {summary['final_accuracy']:.4f} after {summary['rounds']} rounds; results in {directory}"]
     if config.mechanism == "none":
-        return lines + ["mechanism none: training is not private"]
+        return lines + ["mechanism none: training is not private per example"] + _aggregation_lines(config, summary)
     clients = summary["clients"]
     if len(clients) > CLIENT_LINES:
         trained = [client for client in clients if client["steps"]]
@@ -180,14 +180,22 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
             f"refused {client['refused_rounds']} rounds)"
         )
     lines.append(f"each eps covers {summary['epsilon_covers']}")
-    if summary["client_level"] is not None:
-        level = summary["client_level"]
-        lines.append(f"client-level eps {level['epsilon']} (delta={level['delta']:g}, q<={level['sample_rate']}, "
-                     f"{level['rounds']} rounds) covers {level['covers']}")
-    if config.secure_aggregation != "none":
-        lines.append(f"secure aggregation {config.secure_aggregation}: the server saw only sums of updates")
+    lines += _aggregation_lines(config, summary)
     if config.mechanism == "dirichlet":
         lines.append("the weights can leak more than eps: measure it with `dirichlet-fl audit <run folder>`")
     if not summary["accountant_assumptions_hold"]:
         lines.append("WARNING: allow-batch-norm=true: BatchNorm mixes examples; the eps above does not apply")
+    return lines
+
+
+def _aggregation_lines(config: RunConfig, summary: dict[str, Any]) -> list[str]:
+    """The client-level eps and what it covers (client-dp), and what secure aggregation hid."""
+    lines = []
+    level = summary["client_level"]
+    if level is not None and level["rounds"]:
+        eps = "inf (a round without noise)" if level["epsilon"] is None else f"{level['epsilon']:.4f}"
+        lines.append(f"client-level eps {eps} (delta={level['delta']:g}, q<={level['sample_rate']:.4g}, "
+                     f"{level['rounds']:g} rounds) covers {level['covers']}")
+    if config.secure_aggregation != "none":
+        lines.append(f"secure aggregation {config.secure_aggregation}: the server saw sums of updates, not one")
     return lines

@@ -56,7 +56,7 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
-from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, compute_stdv
+from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, clip_inputs_inplace, compute_stdv, get_norm
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import ARRAY_KEYS, BUDGET_EXHAUSTED, NOISE_SHARE_STD, SETUP_FAILED, parse_error_reason
@@ -91,6 +91,21 @@ def secaggplus_workflow(config: RunConfig, timeout: float | None) -> SecAggPlusW
         quantization_range=config.secagg_quantization_range,
         timeout=timeout,
     )
+
+
+def noised_mean_update(current: NDArrays, weights: list[NDArrays], clipping_norm: float,
+                       noise_multiplier: float) -> NDArrays:
+    """DP-FedAvg's server step: the uniform mean of the clients' updates (their `weights` minus `current`),
+    each clipped to `clipping_norm` (again: the clients already did, and FlatClip is idempotent, so a
+    client that skipped it cannot raise the sensitivity), plus N(0, (z C / k)^2) noise (Flower's
+    compute_stdv) for k updates."""
+    updates = [[np.subtract(new, old, dtype=np.float64) for new, old in zip(client, current)] for client in weights]
+    for update in updates:
+        if get_norm(update) > clipping_norm:
+            clip_inputs_inplace(update, clipping_norm)
+    mean = [np.mean([update[i] for update in updates], axis=0) for i in range(len(current))]
+    add_gaussian_noise(mean, compute_stdv(noise_multiplier, clipping_norm, len(updates)))
+    return mean
 
 
 class SecureFedAvg(PrivateFedAvg):
@@ -159,11 +174,8 @@ class SecureFedAvg(PrivateFedAvg):
         updates = [reply.content.array_records["arrays"].to_numpy_ndarrays() for reply in replies if not reply.has_error()]
         if not updates:
             return None
-        current = arrays.to_numpy_ndarrays()
-        mean = [np.mean([update[i] - current[i] for update in updates], axis=0) for i in range(len(current))]
-        add_gaussian_noise(mean, compute_stdv(self.config.client_noise_multiplier, self.config.client_clipping_norm,
-                                              len(updates)))
-        return mean
+        return noised_mean_update(arrays.to_numpy_ndarrays(), updates, self.config.client_clipping_norm,
+                                  self.config.client_noise_multiplier)
 
     def _secaggplus_round(
         self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float

@@ -4,34 +4,36 @@ checked against dp-accounting."""
 
 from __future__ import annotations
 
-import copy
+import json
 import math
-from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 import pytest
 from dp_accounting import dp_event
 from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import RdpAccountant
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from flwr.serverapp import Grid
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, get_norm
 from flwr.supercore.privacy_accounting import GaussianPrivacyEvent, PrivacyConfig, SamplingMethod
 from flwr.supercore.privacy_accounting import NeighboringRelation as FlowerRelation
 from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant as FlowerRdpAccountant
-from flwr.supercore.run import Run
 
 from client.client_app import app as client_app
 from client.secure import aggregation_mod
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
+from dirichlet_fl.runs import RoundRecord, RunWriter
+from dirichlet_fl.simulation import simulate
 from dirichlet_fl.task import federated_split, initial_model
 from privacy.client_level import ClientLevelAccountant, ClientLevelRound
+from sims.bench_secagg import InProcessGrid
+from sims.bench_secagg import secure_round as run_secure_round
 from strategies.secure import SecureFedAvg
-from tests.helpers import client_context, set_task_identity, train_message
+from tests.helpers import client_context, train_message
 
 SHAPES = {"conv.weight": (8, 1, 3, 3), "fc.weight": (10, 200), "fc.bias": (10,)}
 EXAMPLES = [37, 120, 64, 9, 88]
@@ -60,62 +62,12 @@ def fake_client_app(refuse: set[int] = frozenset()) -> ClientApp:  # type: ignor
     return app
 
 
-class InProcessGrid(Grid):
-    """Delivers each message to a ClientApp in this process; a node listed in `drop` for a SecAgg+ stage
-    sends no reply from that stage on (a crash). Keeps every reply for inspection."""
-
-    def __init__(self, app: ClientApp, num_nodes: int, drop: dict[str, set[int]] | None = None) -> None:
-        set_task_identity()
-        self.app = app
-        self.contexts = {100 + p: Context(run_id=1, node_id=100 + p, node_config={"partition-id": p},
-                                          state=RecordDict(), run_config={}) for p in range(num_nodes)}
-        self.drop = drop or {}
-        self.dead: set[int] = set()
-        self.replies: list[tuple[str, Message]] = []
-        self._run = Run.create_empty(run_id=1)
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        replies = []
-        for message in messages:
-            node = message.metadata.dst_node_id
-            stage = str(message.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE])
-            if node in self.drop.get(stage, set()):
-                self.dead.add(node)
-            if node in self.dead:
-                continue
-            reply = self.app(copy.deepcopy(message), self.contexts[node])  # a copy, as if sent over the wire
-            self.replies.append((stage, reply))
-            replies.append(reply)
-        return replies
-
-    @property
-    def run(self) -> Run:
-        return self._run
-
-    def set_run(self, run: Run) -> None:
-        self._run = run
-
-    def create_message(self, *args, **kwargs):
-        raise NotImplementedError
-
-    def get_node_ids(self) -> Iterable[int]:
-        return list(self.contexts)
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        raise NotImplementedError
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        raise NotImplementedError
-
-
 def secure_round(grid: InProcessGrid, **overrides) -> tuple[SecureFedAvg, ArrayRecord, ArrayRecord | None]:
     config = RunConfig(**({"secure_aggregation": "secaggplus", "secagg_max_weight": 200.0} | overrides))
-    strategy = SecureFedAvg(config, seed=0, fraction_train=1.0, fraction_evaluate=0.0)
-    strategy.partition_of = {node: node - 100 for node in grid.contexts}
     rng = np.random.default_rng(99)
     arrays = ArrayRecord({k: Array(rng.normal(0, 1, s).astype(np.float32)) for k, s in SHAPES.items()})
-    messages = list(strategy.configure_train(1, arrays, ConfigRecord(), grid))
-    return strategy, arrays, strategy.train_and_aggregate(grid, 1, arrays, messages, timeout=60.0)
+    strategy, new = run_secure_round(config, grid, arrays)
+    return strategy, arrays, new
 
 
 def weighted_mean_update(partitions: list[int]) -> dict[str, np.ndarray]:
@@ -223,7 +175,7 @@ def test_every_update_is_clipped_to_c_before_noising(single_torch_thread: None) 
         assert 0 < get_norm(update) <= clipping_norm * (1 + 1e-5)
 
 
-@pytest.mark.parametrize(("population", "sample_size", "multiplier", "rounds"), [(100, 10, 1.1, 30), (10, 10, 3.0, 5)])
+@pytest.mark.parametrize(("population", "sample_size", "multiplier", "rounds"), [(100, 10, 1.1, 4), (10, 10, 3.0, 5)])
 def test_client_level_eps_matches_dp_accounting(population: int, sample_size: int, multiplier: float, rounds: int) -> None:
     accountant = ClientLevelAccountant(1e-5)
     for _ in range(rounds):
@@ -236,3 +188,36 @@ def test_client_level_eps_matches_dp_accounting(population: int, sample_size: in
                                                SamplingMethod.WITHOUT_REPLACEMENT))
     flower.compose(GaussianPrivacyEvent(multiplier / 2, sample_size, population), rounds)
     assert accountant.epsilon() == pytest.approx(flower.get_epsilon(1e-5), rel=1e-12)
+
+
+def test_secaggplus_run_matches_the_plain_run_with_identical_eps(tmp_path: Path) -> None:
+    """A small version of the default job (non-IID digits), on Flower's simulation engine, with and without
+    SecAgg+: the same accuracy within 1 point and the same per-client eps, round by round."""
+    small = {"num-server-rounds": 2, "local-steps": 10, "learning-rate": 0.5, "fraction-evaluate": 0.0,
+             "results-dir": str(tmp_path)}
+    for name, mode in (("plain", "none"), ("secure", "secaggplus")):
+        simulate(small | {"run-name": name, "secure-aggregation": mode}, num_supernodes=3)
+    plain, secure = (json.loads((tmp_path / name / "summary.json").read_text()) for name in ("plain", "secure"))
+    assert (plain["secure_aggregation"], secure["secure_aggregation"]) == ("none", "secaggplus")
+    assert abs(plain["final_accuracy"] - secure["final_accuracy"]) <= 0.01
+    assert [c["epsilon"] for c in plain["clients"]] == [c["epsilon"] for c in secure["clients"]]
+    ledgers = [(tmp_path / name / "ledger.csv").read_text() for name in ("plain", "secure")]
+    assert ledgers[0] == ledgers[1]
+    rounds = (tmp_path / "secure" / "rounds.csv").read_text().splitlines()
+    assert rounds[0].endswith("client_level_epsilon,client_level_delta,client_level_sample_rate,client_level_rounds")
+    assert ",nan," in rounds[1]  # train_loss: the clients withheld it
+
+
+def test_the_run_folder_labels_the_client_level_eps(tmp_path: Path) -> None:
+    config = RunConfig(client_dp="central", results_dir=str(tmp_path), run_name="dp")
+    writer = RunWriter.create(config, 2, "per example")
+    record = RoundRecord(1, trained={0: {"epsilon": 0.5, "steps": 3, "target-epsilon": 1.0, "sample-rate": 0.1,
+                                         "num-examples": 10, "train-loss": 1.0}},
+                         client_level={"epsilon": 2.5, "delta": 1e-5, "sample_rate": 0.5, "rounds": 1})
+    writer.record_round(record, ArrayRecord({"w": Array(np.zeros(2, np.float32))}))
+    row = (tmp_path / "dp" / "rounds.csv").read_text().splitlines()[1]
+    assert row.endswith(",2.5,1e-05,0.5,1")
+    summary = writer.finish(0.5, 1.0, assumptions_hold=True)
+    assert summary["client_level"]["epsilon"] == 2.5 and "whole client" in summary["client_level"]["covers"]
+    assert [c["client_level_epsilon"] for c in summary["clients"]] == [2.5, 2.5]
+    assert [c["epsilon"] for c in summary["clients"]] == [0.5, 0.0]
