@@ -1,39 +1,24 @@
-"""SecAgg+ and client-level DP: Flower's real protocol code (secaggplus_mod, SecAggPlusWorkflow) run
-in-process through our bridges (client/secure.py, strategies/secure.py), and the client-level ledger
-checked against dp-accounting."""
+"""SecAgg+ and client-level DP in the strategy: Flower's real protocol code (secaggplus_mod on each
+client, SecAggPlusWorkflow on the server) run in-process through the app's bridges (client/secure.py,
+strategies/secure.py) on sims.bench_secagg.InProcessGrid, with clients that return known updates."""
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
-import pytest
-from dp_accounting import dp_event
-from dp_accounting.privacy_accountant import NeighboringRelation
-from dp_accounting.rdp import RdpAccountant
 from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, get_norm
-from flwr.supercore.privacy_accounting import GaussianPrivacyEvent, PrivacyConfig, SamplingMethod
-from flwr.supercore.privacy_accounting import NeighboringRelation as FlowerRelation
-from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant as FlowerRdpAccountant
 
-from client.client_app import app as client_app
 from client.secure import aggregation_mod
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
-from dirichlet_fl.runs import RoundRecord, RunWriter
-from dirichlet_fl.simulation import simulate
-from dirichlet_fl.task import federated_split, initial_model
-from privacy.client_level import ClientLevelAccountant, ClientLevelRound
+from privacy.client_level import ClientLevelRound
 from sims.bench_secagg import InProcessGrid
 from sims.bench_secagg import secure_round as run_secure_round
 from strategies.secure import SecureFedAvg
-from tests.helpers import client_context, train_message
 
 SHAPES = {"conv.weight": (8, 1, 3, 3), "fc.weight": (10, 200), "fc.bias": (10,)}
 EXAMPLES = [37, 120, 64, 9, 88]
@@ -123,7 +108,7 @@ def test_a_client_dropped_after_sharing_its_keys_is_unmasked_away() -> None:
     assert "dropped out of SecAgg+ at stage 'collect_masked_vectors'" in record.failed[2]
 
 
-def test_too_many_dropouts_leave_the_model_unchanged_with_a_clear_record(caplog: pytest.LogCaptureFixture) -> None:
+def test_too_many_dropouts_leave_the_model_unchanged_with_a_clear_record() -> None:
     drop = {Stage.COLLECT_MASKED_VECTORS: {101, 102, 103, 104}}
     grid = InProcessGrid(fake_client_app(), 5, drop=drop)
     strategy, _, new = secure_round(grid, secagg_reconstruction_threshold=3.0, secagg_num_shares=5.0)
@@ -156,68 +141,3 @@ def test_client_dp_under_secagg_noises_the_sum_and_accounts_the_survivors() -> N
     strategy, _, _ = secure_round(grid, client_dp="central", client_noise_multiplier=2.0)
     assert strategy.client_level is not None
     assert strategy.client_level.rounds == [ClientLevelRound(4, 4, 2.0 * math.sqrt(3 / 4))]
-
-
-def test_every_update_is_clipped_to_c_before_noising(single_torch_thread: None) -> None:
-    """The real ClientApp (Dirichlet training on digits) under client-dp without SecAgg+: Flower's
-    fixedclipping_mod clips the update; the server adds the noise afterwards."""
-    context = client_context({"local-steps": 3, "partitioner": "iid"}, partition_id=0, num_partitions=2)
-    config = RunConfig.from_run_config(context.run_config)
-    model = initial_model(config, federated_split(config.split_spec(2)).data)
-    arrays = ArrayRecord(model.state_dict())
-    clipping_norm = 0.01
-    for server_round in (1, 2):
-        message = train_message(arrays, server_round)
-        message.content.config_records["config"][KEY_CLIPPING_NORM] = clipping_norm
-        reply = client_app(message, context)
-        new = reply.content.array_records["arrays"].to_numpy_ndarrays()
-        update = [a - b for a, b in zip(new, arrays.to_numpy_ndarrays())]
-        assert 0 < get_norm(update) <= clipping_norm * (1 + 1e-5)
-
-
-@pytest.mark.parametrize(("population", "sample_size", "multiplier", "rounds"), [(100, 10, 1.1, 4), (10, 10, 3.0, 5)])
-def test_client_level_eps_matches_dp_accounting(population: int, sample_size: int, multiplier: float, rounds: int) -> None:
-    accountant = ClientLevelAccountant(1e-5)
-    for _ in range(rounds):
-        accountant.compose(ClientLevelRound(population, sample_size, multiplier))
-    reference = RdpAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE)
-    event = dp_event.SampledWithoutReplacementDpEvent(population, sample_size, dp_event.GaussianDpEvent(multiplier / 2))
-    reference.compose(event, rounds)
-    assert accountant.epsilon() == pytest.approx(reference.get_epsilon(1e-5), rel=1e-12)
-    flower = FlowerRdpAccountant(PrivacyConfig(1e-5, population, FlowerRelation.REPLACE_ONE,
-                                               SamplingMethod.WITHOUT_REPLACEMENT))
-    flower.compose(GaussianPrivacyEvent(multiplier / 2, sample_size, population), rounds)
-    assert accountant.epsilon() == pytest.approx(flower.get_epsilon(1e-5), rel=1e-12)
-
-
-def test_secaggplus_run_matches_the_plain_run_with_identical_eps(tmp_path: Path) -> None:
-    """A small version of the default job (non-IID digits), on Flower's simulation engine, with and without
-    SecAgg+: the same accuracy within 1 point and the same per-client eps, round by round."""
-    small = {"num-server-rounds": 2, "local-steps": 10, "learning-rate": 0.5, "fraction-evaluate": 0.0,
-             "results-dir": str(tmp_path)}
-    for name, mode in (("plain", "none"), ("secure", "secaggplus")):
-        simulate(small | {"run-name": name, "secure-aggregation": mode}, num_supernodes=3)
-    plain, secure = (json.loads((tmp_path / name / "summary.json").read_text()) for name in ("plain", "secure"))
-    assert (plain["secure_aggregation"], secure["secure_aggregation"]) == ("none", "secaggplus")
-    assert abs(plain["final_accuracy"] - secure["final_accuracy"]) <= 0.01
-    assert [c["epsilon"] for c in plain["clients"]] == [c["epsilon"] for c in secure["clients"]]
-    ledgers = [(tmp_path / name / "ledger.csv").read_text() for name in ("plain", "secure")]
-    assert ledgers[0] == ledgers[1]
-    rounds = (tmp_path / "secure" / "rounds.csv").read_text().splitlines()
-    assert rounds[0].endswith("client_level_epsilon,client_level_delta,client_level_sample_rate,client_level_rounds")
-    assert ",nan," in rounds[1]  # train_loss: the clients withheld it
-
-
-def test_the_run_folder_labels_the_client_level_eps(tmp_path: Path) -> None:
-    config = RunConfig(client_dp="central", results_dir=str(tmp_path), run_name="dp")
-    writer = RunWriter.create(config, 2, "per example")
-    record = RoundRecord(1, trained={0: {"epsilon": 0.5, "steps": 3, "target-epsilon": 1.0, "sample-rate": 0.1,
-                                         "num-examples": 10, "train-loss": 1.0}},
-                         client_level={"epsilon": 2.5, "delta": 1e-5, "sample_rate": 0.5, "rounds": 1})
-    writer.record_round(record, ArrayRecord({"w": Array(np.zeros(2, np.float32))}))
-    row = (tmp_path / "dp" / "rounds.csv").read_text().splitlines()[1]
-    assert row.endswith(",2.5,1e-05,0.5,1")
-    summary = writer.finish(0.5, 1.0, assumptions_hold=True)
-    assert summary["client_level"]["epsilon"] == 2.5 and "whole client" in summary["client_level"]["covers"]
-    assert [c["client_level_epsilon"] for c in summary["clients"]] == [2.5, 2.5]
-    assert [c["epsilon"] for c in summary["clients"]] == [0.5, 0.0]
