@@ -166,6 +166,7 @@ def _client_dp_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--noise-multipliers", default="0,2,4,8,16", help="z values; 0: client-dp none")
     parser.add_argument("--clipping-norm", type=float, default=1.0)
     parser.add_argument("--mechanism", default="dirichlet", help="each client's per-example mechanism")
+    parser.add_argument("--local-steps", type=int, default=0, help="steps per round (0: one local epoch)")
     parser.add_argument("--seed", type=int, default=0)
 
 

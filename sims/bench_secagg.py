@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.config import get_fused_config_from_dir
@@ -122,9 +123,8 @@ def secure_round(config: RunConfig, grid: InProcessGrid, arrays: ArrayRecord) ->
     return strategy, strategy.train_and_aggregate(grid, 1, arrays, messages, timeout=600.0)
 
 
-def protocol_seconds(config: RunConfig, clients: int) -> dict[str, float]:
-    """Seconds of one SecAgg+ round and of the plain weighted mean, for the job's model, all in-process."""
-    model = initial_model(config, federated_split(config.split_spec(clients)).data)
+def protocol_seconds(config: RunConfig, clients: int, model: torch.nn.Module) -> dict[str, float]:
+    """Seconds of one SecAgg+ round and of the plain weighted mean, for the job's `model`, all in-process."""
     arrays = ArrayRecord(model.state_dict())
     rng = np.random.default_rng(0)
     update = {k: rng.normal(0.0, 0.01, v.shape).astype(np.float32) for k, v in model.state_dict().items()}
@@ -148,7 +148,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         raise ValueError("--runs must be >= 1 and --clients >= 2 (SecAgg+ needs two clients per round)")
     overrides = parse_overrides(args.run_config)
     config = RunConfig.from_run_config(get_fused_config_from_dir(APP_DIR, overrides | {"secure-aggregation": "secaggplus"}))
-    protocol = [protocol_seconds(config, args.clients) for _ in range(args.runs)]
+    model = initial_model(config, federated_split(config.split_spec(args.clients)).data)
+    protocol = [protocol_seconds(config, args.clients, model) for _ in range(args.runs)]
     report: dict[str, Any] = {
         "protocol": {key: statistics.median(p[key] for p in protocol) for key in protocol[0]},
         "protocol_runs": protocol,

@@ -82,10 +82,10 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         overrides = {"dataset": args.dataset, "data-root": args.data_root, "num-server-rounds": args.rounds,
                      "fraction-train": args.fraction_train, "fraction-evaluate": 0.0, "seed": args.seed,
                      "client-dp": "central" if z > 0 else "none", "client-clipping-norm": args.clipping_norm,
-                     "client-noise-multiplier": z, "mechanism": args.mechanism, "partitioner": "iid"}
+                     "client-noise-multiplier": z, "mechanism": args.mechanism, "partitioner": "iid",
+                     "local-steps": args.local_steps}
         config = RunConfig.from_run_config(overrides)
         cells.append(run_cell(config, args.clients))
-        print(cells[-1], flush=True)
     return {"cells": cells, "config": vars(args), "delta": RunConfig().delta}
 
 
