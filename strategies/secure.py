@@ -138,12 +138,15 @@ class SecureFedAvg(PrivateFedAvg):
         if self.client_level is not None:
             config[KEY_CLIPPING_NORM] = self.config.client_clipping_norm
         messages = list(super().configure_train(server_round, arrays, config, grid))
-        if self.config.secure_aggregation != "none" and 0 < len(messages) < 2:
-            raise ValueError(
-                f"secure-aggregation={self.config.secure_aggregation!r} needs at least 2 clients per round, but "
-                f"round {server_round} samples {len(messages)}: raise fraction-train or the number of clients"
-            )
-        return messages
+        if self.config.secure_aggregation == "none" or len(messages) != 1:
+            return messages
+        reason = (f"secure-aggregation={self.config.secure_aggregation!r} needs at least 2 clients per round, but "
+                  f"round {server_round} samples 1")
+        if server_round == 1:
+            raise ValueError(f"{reason}: raise fraction-train or the number of clients")
+        log(WARNING, "%s (the others have spent their budgets): one update cannot be hidden in a sum, so the run "
+            "stops here", reason)
+        return []
 
     def train_and_aggregate(
         self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
@@ -141,3 +142,15 @@ def test_client_dp_under_secagg_noises_the_sum_and_accounts_the_survivors() -> N
     strategy, _, _ = secure_round(grid, client_dp="central", client_noise_multiplier=2.0)
     assert strategy.client_level is not None
     assert strategy.client_level.rounds == [ClientLevelRound(4, 4, 2.0 * math.sqrt(3 / 4))]
+
+
+def test_secagg_never_sends_a_single_update() -> None:
+    strategy = SecureFedAvg(RunConfig(secure_aggregation="secaggplus"), seed=0, fraction_train=1.0,
+                            fraction_evaluate=0.0)
+    strategy.partition_of = {100: 0, 101: 1}
+    arrays = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
+    assert len(list(strategy.configure_train(1, arrays, ConfigRecord(), grid=None))) == 2  # type: ignore[arg-type]
+    strategy.exhausted = {101}
+    assert list(strategy.configure_train(2, arrays, ConfigRecord(), grid=None)) == []  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs at least 2 clients per round, but round 1 samples 1"):
+        strategy.configure_train(1, arrays, ConfigRecord(), grid=None)  # type: ignore[arg-type]
