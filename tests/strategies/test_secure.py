@@ -154,3 +154,14 @@ def test_secagg_never_sends_a_single_update() -> None:
     assert list(strategy.configure_train(2, arrays, ConfigRecord(), grid=None)) == []  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs at least 2 clients per round, but round 1 samples 1"):
         strategy.configure_train(1, arrays, ConfigRecord(), grid=None)  # type: ignore[arg-type]
+
+
+def test_the_client_level_ledger_survives_a_checkpoint() -> None:
+    grid = InProcessGrid(fake_client_app(), 3)
+    strategy, _, _ = secure_round(grid, client_dp="central", client_noise_multiplier=3.0)
+    state = strategy.state_dict()
+    resumed = SecureFedAvg(strategy.config, seed=0, fraction_train=1.0, fraction_evaluate=0.0)
+    resumed.load_state_dict(state)
+    assert resumed.client_level is not None and strategy.client_level is not None
+    assert resumed.client_level.rounds == strategy.client_level.rounds == [ClientLevelRound(3, 3, 3.0)]
+    assert resumed.client_level.epsilon() == strategy.client_level.epsilon() > 0
