@@ -7,6 +7,8 @@
   accuracy    accuracy vs eps on MNIST digits: none / Dirichlet / DP-SGD, IID, non-IID, centralized
   gpu         seconds per epoch of the paper's CIFAR10 ResNet-18 setting, then the federated job with
               fractional GPUs, clients per second (needs a GPU; --synthetic --gpus-per-client 0 to smoke-test)
+  secagg      SecAgg+ per round: the protocol in-process, and (--flower) whole runs, against plain FedAvg
+  client-dp   accuracy against client-level eps (DP-FedAvg) on MNIST t10k, per-example privacy on too
 
 Each writes config.json (its options, the machine, the date) and results.json to a folder of its
 own (--out, default results/bench/<what>-<time>), and prints a summary, or the results as one JSON
@@ -143,6 +145,31 @@ def _gpu_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--federation-steps", type=int, default=20, help="local steps per client and round (default 20)")
 
 
+def _secagg_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `bench secagg`."""
+    parser.add_argument("--runs", type=int, default=3, help="measurements of each kind, alternating (default 3)")
+    parser.add_argument("--clients", type=int, default=10, help="federation size (default 10)")
+    parser.add_argument("--flower", action="store_true",
+                        help="also time whole runs on Flower's simulation engine, plain vs secaggplus")
+    parser.add_argument("--ray-worker-niceness", type=int, default=0, help="as for `bench simulation`")
+    parser.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'",
+                        help="run-config overrides (default: none, the pyproject defaults)")
+
+
+def _client_dp_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `bench client-dp`."""
+    parser.add_argument("--dataset", default="mnist-idx")
+    parser.add_argument("--data-root", default="data/mnist-t10k", help="folder of the data set's files")
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--fraction-train", type=float, default=1.0)
+    parser.add_argument("--noise-multipliers", default="0,2,4,8,16", help="z values; 0: client-dp none")
+    parser.add_argument("--clipping-norm", type=float, default=1.0)
+    parser.add_argument("--mechanism", default="dirichlet", help="each client's per-example mechanism")
+    parser.add_argument("--local-steps", type=int, default=0, help="steps per round (0: one local epoch)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "steps": ("time one training step per mechanism", _steps_options),
     "accountant": ("time one r* solve", _accountant_options),
@@ -150,6 +177,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "scale": ("seconds per round, start-up and memory against the number of clients", _scale_options),
     "accuracy": ("accuracy against eps, federated and centralized", _accuracy_options),
     "gpu": ("seconds per epoch, CIFAR10 ResNet-18, Dirichlet vs DP-SGD", _gpu_options),
+    "secagg": ("SecAgg+ cost per round against the plain aggregation", _secagg_options),
+    "client-dp": ("accuracy against client-level eps (DP-FedAvg) with per-example privacy on", _client_dp_options),
 }
 
 
@@ -165,6 +194,10 @@ def _module(name: str) -> ModuleType:
         from sims import bench_scale as module
     elif name == "accuracy":
         from sims import accuracy_vs_epsilon as module
+    elif name == "secagg":
+        from sims import bench_secagg as module
+    elif name == "client-dp":
+        from sims import client_dp_sweep as module
     else:
         from sims import gpu_cifar10 as module
     return module

@@ -31,6 +31,7 @@ from flwr.clientapp import ClientApp
 
 from client.ledger_store import LedgerStore
 from client.round import Client, NodeResources, evaluate_round, ledger_summary, shard_of, train_round
+from client.secure import aggregation_mod
 from client.site import SiteLedger, SitePolicy, data_fingerprint, node_secret
 from dirichlet_fl.config import RunConfig, parse_run_config
 from dirichlet_fl.protocol import (
@@ -49,7 +50,8 @@ STATE_KEY = "privacy"
 APP_DIR = Path(__file__).resolve().parent.parent
 """The app this ClientApp was loaded from: the submitted bundle, unless a stale copy shadows it."""
 
-app = ClientApp()
+app = ClientApp(mods=[aggregation_mod])
+"""aggregation_mod: SecAgg+ and client-level clipping when the run asks for them (client/secure.py)."""
 
 
 def _client(policy: SitePolicy, config: RunConfig) -> Client:

@@ -24,6 +24,10 @@ RESUMABLE_KEYS = frozenset(
 """The keys a resumed run may change: none of them touches the data, the split, training or the accounting."""
 LEARNING_RATE_MODES = ("effective", "adaptive", "raw")
 AUGMENT_CHOICES = ("auto", "on", "off")
+SECURE_AGGREGATION = ("none", "secaggplus")
+"""none: the server sees every update; secaggplus: Flower's SecAgg+, the server sees only the sum."""
+CLIENT_DP = ("none", "central")
+"""Client-level DP on the aggregate (DP-FedAvg): none, or central (fixed clipping norm, Gaussian noise)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,15 @@ class RunConfig:
     resume_from: str = ""
     keep_updates: bool = False
     secure_noise: bool = False
+    secure_aggregation: str = "none"
+    secagg_num_shares: float = 1.0
+    secagg_reconstruction_threshold: float = 0.5
+    secagg_clipping_range: float = 8.0
+    secagg_quantization_range: int = 4194304
+    secagg_max_weight: float = 1000.0
+    client_dp: str = "none"
+    client_clipping_norm: float = 1.0
+    client_noise_multiplier: float = 1.0
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:
@@ -135,6 +148,40 @@ class RunConfig:
                 "the run's folder is always created inside results-dir"
             )
         check_integer("max-idle-rounds", self.max_idle_rounds, 1)
+        self._validate_aggregation()
+
+    def _validate_aggregation(self) -> None:
+        """The secure-aggregation and client-dp keys (README.md, "Secure aggregation and client-level DP")."""
+        check_choice("secure-aggregation", self.secure_aggregation, SECURE_AGGREGATION)
+        if self.keep_updates and self.secure_aggregation != "none":
+            raise ValueError(
+                f"keep-updates=true with secure-aggregation={self.secure_aggregation!r} is contradictory: the server "
+                "never sees one client's update; turn one of them off"
+            )
+        for key, value in (("secagg-num-shares", self.secagg_num_shares),
+                           ("secagg-reconstruction-threshold", self.secagg_reconstruction_threshold)):
+            check_positive(key, value)
+            if value > 1 and (value != int(value) or value < 2):
+                raise ValueError(f"{key}={value!r} is invalid: give a fraction in (0, 1] or a whole count >= 2")
+        if self.secagg_num_shares > 1 and self.secagg_num_shares <= 2:
+            raise ValueError(f"secagg-num-shares={self.secagg_num_shares!r} is invalid: a count must be > 2")
+        if 1 < self.secagg_num_shares <= self.secagg_reconstruction_threshold:
+            raise ValueError(
+                f"secagg-reconstruction-threshold={self.secagg_reconstruction_threshold!r} must be below "
+                f"secagg-num-shares={self.secagg_num_shares!r}"
+            )
+        check_positive("secagg-clipping-range", self.secagg_clipping_range)
+        check_integer("secagg-quantization-range", self.secagg_quantization_range, 2)
+        if self.secagg_quantization_range >= 2**32:
+            raise ValueError(
+                f"secagg-quantization-range={self.secagg_quantization_range} is out of range: it must be below 2**32 "
+                "(the masks' modulus)"
+            )
+        check_positive("secagg-max-weight", self.secagg_max_weight)
+        check_choice("client-dp", self.client_dp, CLIENT_DP)
+        check_positive("client-clipping-norm", self.client_clipping_norm)
+        if not self.client_noise_multiplier >= 0:
+            raise ValueError(f"client-noise-multiplier={self.client_noise_multiplier!r} is out of range: it must be >= 0")
 
     @property
     def budget_rounds(self) -> int:

@@ -108,3 +108,15 @@ def code_fingerprint(app_dir: Path) -> str:
         for path in sorted((app_dir / package).rglob("*.py")):
             digest.update(path.relative_to(app_dir).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+# Secure aggregation and client-level DP (client/secure.py, strategies/secure.py).
+NOISE_SHARE_STD = "noise-share-std"
+"""Train config key: the std of the Gaussian share each client adds to its clipped update under
+secaggplus with client-dp, so that the server only ever unmasks a noised sum."""
+ARRAY_KEYS = "array-keys"
+"""Train config key under secaggplus: the global model's array names, comma-separated (Flower's SecAgg+
+messages carry legacy Parameters, which have no names)."""
+WITHHELD_METRICS = ("train-loss", "num-examples")
+"""Metrics that describe a client's data and that a client does not send in the clear under secaggplus
+(its example count travels inside the masked vector as the aggregation weight)."""

@@ -42,11 +42,15 @@ from dirichlet_fl.files import append_atomically, write_atomically
 from dirichlet_fl.plots import CURVES_FILE, plot_runs
 from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED
 from dirichlet_fl.task import build_run_model, federated_split
+from privacy.client_level import COVERS as CLIENT_LEVEL_COVERS
 
 ROUND_COLUMNS = [
     "round", "central_accuracy", "central_loss", "federated_accuracy", "federated_loss", "train_loss",
     "trained", "refused", "failed", "max_epsilon", "seconds",
+    "client_level_epsilon", "client_level_delta", "client_level_sample_rate", "client_level_rounds",
 ]
+CLIENT_LEVEL_KEYS = ("epsilon", "delta", "sample_rate", "rounds")
+"""RoundRecord.client_level's keys, written as client_level_<key> (nan without client-dp)."""
 LEDGER_COLUMNS = [
     "round", "client", "status", "epsilon", "delta", "steps", "target_epsilon", "sample_rate", "noise_parameter",
     "learning_rate",
@@ -81,6 +85,8 @@ class RoundRecord:
     sent: ArrayRecord | None = None
     """The global weights sent for training; with `returned`, kept only when the run keeps updates."""
     returned: dict[int, ArrayRecord] = field(default_factory=dict)
+    client_level: dict[str, float] = field(default_factory=dict)
+    """Client-level DP of the aggregate (privacy/client_level.py): epsilon, delta, sample_rate, rounds."""
 
     @property
     def max_epsilon(self) -> float:
@@ -89,7 +95,10 @@ class RoundRecord:
     @property
     def train_loss(self) -> float:
         """Mean local training loss of the trainers that report one (DP-SGD clients do not), weighted by
-        their reported weights."""
+        their reported weights; nan when the clients withheld their weights (secure-aggregation:
+        dirichlet_fl.protocol.WITHHELD_METRICS)."""
+        if any("num-examples" not in m for m in self.trained.values()):
+            return math.nan
         reporting = [m for m in self.trained.values() if "train-loss" in m]
         total = sum(m["num-examples"] for m in reporting)
         if not total:
@@ -159,6 +168,7 @@ class RunWriter:
         self.clients = {c: ClientLedger(config.target_epsilon_for(c, num_clients)) for c in range(num_clients)}
         self.rounds: list[dict[str, Any]] = []
         self.noise: set[str] = set()
+        self.client_level: dict[str, float] = {}
         self.started = time.monotonic()
 
     @classmethod
@@ -225,7 +235,9 @@ class RunWriter:
             "failed": len(record.failed),
             "max_epsilon": record.max_epsilon,
             "seconds": round(time.monotonic() - self.started, 3),
+            **{f"client_level_{key}": record.client_level.get(key, math.nan) for key in CLIENT_LEVEL_KEYS},
         }
+        self.client_level = record.client_level or self.client_level
         ledger_rows = [{"round": record.server_round, "client": c, **entry} for c, entry in self._update_ledger(record).items()]
         append_atomically(self.directory / "rounds.csv", _csv_text(ROUND_COLUMNS, [row]))
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows))
@@ -289,6 +301,17 @@ class RunWriter:
                  "noise_parameter": "", "reason": reason} for client, reason in sorted(reasons.items())]
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, rows))
 
+    def _client_level_summary(self) -> dict[str, Any] | None:
+        """What the client-level eps covers and its parameters; None without client-dp."""
+        if self.config.client_dp == "none":
+            return None
+        return {
+            **{key: _json_number(self.client_level.get(key, math.nan)) for key in CLIENT_LEVEL_KEYS},
+            "noise_multiplier": self.config.client_noise_multiplier,
+            "clipping_norm": self.config.client_clipping_norm,
+            "covers": CLIENT_LEVEL_COVERS,
+        }
+
     def save_weights(self, arrays: ArrayRecord) -> None:
         self.save_weights_dict(arrays.to_torch_state_dict())
 
@@ -313,6 +336,9 @@ class RunWriter:
             "noise": " and ".join(sorted(self.noise)) or "no client trained",
             "accountant_assumptions_hold": assumptions_hold,
             "max_epsilon": _json_number(max((c.epsilon for c in self.clients.values()), default=0.0)),
+            "secure_aggregation": self.config.secure_aggregation,
+            "client_dp": self.config.client_dp,
+            "client_level": self._client_level_summary(),
             "seconds": round(time.monotonic() - self.started, 3),
             "clients": [
                 {
@@ -326,6 +352,7 @@ class RunWriter:
                     **{key.replace("-", "_"): value for key, value in ledger.noise.items()},
                     "refused_rounds": ledger.refused_rounds,
                     "failed_rounds": ledger.failed_rounds,
+                    "client_level_epsilon": _json_number(self.client_level.get("epsilon", math.nan)),
                 }
                 for client, ledger in self.clients.items()
             ],

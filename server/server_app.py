@@ -31,6 +31,7 @@ from dirichlet_fl.task import (
 )
 from privacy.registry import covers
 from strategies.private_fedavg import PrivateFedAvg
+from strategies.secure import build_strategy
 
 app = ServerApp()
 CLIENT_LINES = 20
@@ -57,11 +58,21 @@ def _central_evaluator(config: RunConfig, num_clients: int):
 
 def _round_line(config: RunConfig, row: dict[str, Any]) -> str:
     eps = row["max_epsilon"]
-    privacy = "" if config.mechanism == "none" else f"  max eps {eps:.4f} (delta={config.delta:g})"
+    privacy = "" if config.mechanism == "none" else f"  max eps {eps:.4f} (delta={config.delta:g}, per example)"
     return (
         f"round {row['round']}/{config.num_server_rounds}  accuracy {row['central_accuracy']:.4f}  "
         f"loss {row['central_loss']:.4f}  trained {row['trained']}  refused {row['refused']}  "
-        f"failed {row['failed']}{privacy}  [{row['seconds']:.1f} s]"
+        f"failed {row['failed']}{privacy}{_client_level_part(config, row)}  [{row['seconds']:.1f} s]"
+    )
+
+
+def _client_level_part(config: RunConfig, row: dict[str, Any]) -> str:
+    """The client-level eps of the aggregate (client-dp), labelled: it covers a whole client's data."""
+    if config.client_dp == "none":
+        return ""
+    return (
+        f"  client-level eps {row['client_level_epsilon']:.4f} (delta={row['client_level_delta']:g}, "
+        f"q<={row['client_level_sample_rate']:.4g}, {row['client_level_rounds']:g} rounds, per client)"
     )
 
 
@@ -70,10 +81,7 @@ def main(grid: Grid, context: Context) -> None:
     """Run the federation and write results-dir/<run>/ (or continue the run in resume-from)."""
     config = RunConfig.from_run_config(context.run_config)
     resolve_device(config.device)  # before any folder exists: a missing GPU leaves nothing behind
-    strategy = PrivateFedAvg(
-        seed=config.seed, fraction_train=config.fraction_train, fraction_evaluate=config.fraction_evaluate,
-        keep_updates=config.keep_updates,
-    )
+    strategy = build_strategy(config)
     num_clients = strategy.discover(grid, code_fingerprint(APP_DIR))
     evaluate_fn = _central_evaluator(config, num_clients)
     try:
@@ -156,7 +164,7 @@ def _finish_failed(writer: RunWriter, config: RunConfig, reason: str) -> None:
 def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) -> list[str]:
     lines = [f"final accuracy {summary['final_accuracy']:.4f} after {summary['rounds']} rounds; results in {directory}"]
     if config.mechanism == "none":
-        return lines + ["mechanism none: training is not private"]
+        return lines + ["mechanism none: training is not private per example"] + _aggregation_lines(config, summary)
     clients = summary["clients"]
     if len(clients) > CLIENT_LINES:
         trained = [client for client in clients if client["steps"]]
@@ -172,8 +180,22 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
             f"refused {client['refused_rounds']} rounds)"
         )
     lines.append(f"each eps covers {summary['epsilon_covers']}; noise keyed by: {summary['noise']}")
+    lines += _aggregation_lines(config, summary)
     if config.mechanism == "dirichlet":
         lines.append("the weights can leak more than eps: measure it with `dirichlet-fl audit <run folder>`")
     if not summary["accountant_assumptions_hold"]:
         lines.append("WARNING: allow-batch-norm=true: BatchNorm mixes examples; the eps above does not apply")
+    return lines
+
+
+def _aggregation_lines(config: RunConfig, summary: dict[str, Any]) -> list[str]:
+    """The client-level eps and what it covers (client-dp), and what secure aggregation hid."""
+    lines = []
+    level = summary["client_level"]
+    if level is not None and level["rounds"]:
+        eps = "inf (a round without noise)" if level["epsilon"] is None else f"{level['epsilon']:.4f}"
+        lines.append(f"client-level eps {eps} (delta={level['delta']:g}, q<={level['sample_rate']:.4g}, "
+                     f"{level['rounds']:g} rounds) covers {level['covers']}")
+    if config.secure_aggregation != "none":
+        lines.append(f"secure aggregation {config.secure_aggregation}: the server saw sums of updates, not one")
     return lines

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
-from torch import nn
+from torch import Tensor, nn
 
 from client.round import Client, shard_of, train_round
 from dirichlet_fl.config import RunConfig
@@ -123,6 +123,11 @@ class FedAvgLoop:
                     self.exhausted.add(partition_id)
         return updates, refused, failed
 
+    def aggregate(self, updates: list[RecordDict], sampled: int) -> dict[str, Tensor]:
+        """The new global weights from the round's updates (of `sampled` clients asked): the
+        example-weighted mean, as PrivateFedAvg; sims/client_dp_sweep.py overrides it with DP-FedAvg's."""
+        return aggregate_arrayrecords(updates, "num-examples").to_torch_state_dict()
+
     def run_round(self, server_round: int) -> LoopRound | None:
         """Train, aggregate, evaluate; None when no client can train."""
         start = time.perf_counter()
@@ -131,8 +136,7 @@ class FedAvgLoop:
             return None
         updates, refused, failed = outcome
         if updates:
-            averaged = aggregate_arrayrecords(updates, "num-examples").to_torch_state_dict()
-            self.model.load_state_dict(averaged)
+            self.model.load_state_dict(self.aggregate(updates, sampled=len(updates) + refused + failed))
         evaluated = [] if not self.config.fraction_evaluate else seeded_sample(
             self.config.seed, "evaluate", server_round, list(range(self.num_clients)), self.num_clients,
             self.config.fraction_evaluate)

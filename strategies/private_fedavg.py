@@ -200,6 +200,15 @@ class PrivateFedAvg(FedAvg):
             return STOPPED_NO_CLIENT, "no client can train: every client's setup failed or its shard is too small (reasons in ledger.csv)"
         return STOPPED_NO_CLIENT, f"no client trained in {self.idle_rounds} consecutive rounds (reasons in ledger.csv)"
 
+    def train_and_aggregate(
+        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float
+    ) -> ArrayRecord | None:
+        """Send the round's train messages and aggregate the replies (sets self.current); None when no
+        client's update arrived. strategies/secure.py overrides it for SecAgg+ and client-level DP."""
+        replies = grid.send_and_receive(messages, timeout=timeout)
+        new_arrays, _ = self.aggregate_train(server_round, replies)
+        return new_arrays
+
     def run(
         self,
         grid: Grid,
@@ -219,8 +228,7 @@ class PrivateFedAvg(FedAvg):
             if reason is not None:
                 return arrays, reason
             messages = list(self.configure_train(server_round, arrays, ConfigRecord(dict(train_config)), grid))
-            replies = grid.send_and_receive(messages, timeout=timeout)
-            new_arrays, _ = self.aggregate_train(server_round, replies)
+            new_arrays = self.train_and_aggregate(grid, server_round, arrays, messages, timeout)
             record = self.current or RoundRecord(server_round)
             arrays = new_arrays if new_arrays is not None else arrays
             evaluations = grid.send_and_receive(

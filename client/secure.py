@@ -1,0 +1,117 @@
+"""The ClientApp's side of secure aggregation and client-level DP: one mod around the train handler.
+
+What Flower 1.42 allows. `secaggplus_mod` runs the client's half of SecAgg+ (key agreement, Shamir
+shares, masking, unmasking) and is used unchanged. It was written for the legacy NumPyClient: at the
+stage that trains it reads the handler's reply as a legacy FitRes ("fitres.parameters",
+"fitres.num_examples", ...) and the server's instructions arrive as a legacy FitIns. This mod is the
+bridge: it hands the train handler (client/client_app.py) the Message-API layout it always gets, and
+turns its reply into what `secaggplus_mod` masks:
+
+- the *update* (new weights minus the global weights), not the weights: updates are small, so the
+  fixed-point quantization of SecAgg+ loses less, and client-level DP clips updates;
+- under client-dp, the update clipped to L2 norm C (Flower's `clip_inputs_inplace`) plus this
+  client's Gaussian share of the noise, N(0, noise-share-std^2), drawn from OS entropy so that no one
+  who knows the run's seed can rebuild and subtract it;
+- the aggregation weight: the example count, or 1 under client-dp (DP-FedAvg averages uniformly);
+  `secaggplus_mod` folds it into the masked vector ([w, w * update]), so the server learns only sums;
+- the privacy ledger's metrics (eps, steps, ...) in the clear, without WITHHELD_METRICS.
+
+A refusal (Error reply of the handler) cannot pass through `secaggplus_mod`, which expects a FitRes:
+it is carried around it and returned as the same Error, so the server still tells refusals from
+failures, and the client's ledger, saved before the handler replied, is kept.
+
+Without SecAgg+ and with client-dp, Flower's own `fixedclipping_mod` clips the update (the server adds
+the noise, strategies/secure.py).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, MetricRecord
+from flwr.client.mod import secaggplus_mod
+from flwr.clientapp.mod import fixedclipping_mod
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE
+from flwr.compat.common import recorddict_compat as compat
+from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, clip_inputs_inplace, get_norm
+
+from dirichlet_fl.protocol import ARRAY_KEYS, NOISE_SHARE_STD, SETUP_FAILED, WITHHELD_METRICS
+from privacy.client_level import add_gaussian_noise
+
+NDArrays = list[np.ndarray]
+
+
+class _Refused(Exception):
+    """Carries the handler's Error reply around `secaggplus_mod`."""
+
+    def __init__(self, reply: Message) -> None:
+        super().__init__(reply.error.reason)
+        self.reply = reply
+
+
+def aggregation_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Route a train message: SecAgg+ when the server runs it, client-side clipping under plain
+    client-dp, else straight to the handler."""
+    if msg.metadata.message_type != MessageType.TRAIN:
+        return call_next(msg, context)
+    if RECORD_KEY_CONFIGS in msg.content.config_records:
+        return _secaggplus(msg, context, call_next)
+    if "config" in msg.content.config_records and KEY_CLIPPING_NORM in msg.content.config_records["config"]:
+        return fixedclipping_mod(msg, context, call_next)
+    return call_next(msg, context)
+
+
+def _secaggplus(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Flower's `secaggplus_mod` around the bridged handler; a refusal comes back as the handler's Error."""
+    try:
+        reply = secaggplus_mod(msg, context, _bridged(call_next))
+    except _Refused as refusal:
+        return Message(refusal.reply.error, reply_to=msg)
+    if not reply.has_error() and "fitres.num_examples" in reply.content.metric_records:
+        # The weight is inside the masked vector; the legacy FitRes field would show it in the clear.
+        reply.content.metric_records["fitres.num_examples"] = MetricRecord({"num_examples": 0})
+    return reply
+
+
+def _bridged(call_next: ClientAppCallable) -> ClientAppCallable:
+    """The handler as `secaggplus_mod` expects it: legacy FitIns in, legacy FitRes (the update) out."""
+
+    def train(msg: Message, context: Context) -> Message:
+        fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+        config = ConfigRecord(dict(fitins.config))
+        names = str(config.pop(ARRAY_KEYS)).split(",")
+        global_ndarrays = parameters_to_ndarrays(fitins.parameters)
+        msg.content["arrays"] = ArrayRecord({name: Array(a) for name, a in zip(names, global_ndarrays)})
+        msg.content["config"] = config
+        reply = call_next(msg, context)
+        if reply.has_error():
+            raise _Refused(reply)
+        new_ndarrays = reply.content.array_records["arrays"].to_numpy_ndarrays()
+        update = [np.subtract(new, old) for new, old in zip(new_ndarrays, global_ndarrays)]
+        metrics = dict(reply.content.metric_records["metrics"])
+        weight = int(cast(int, metrics["num-examples"]))
+        max_weight = float(cast(float, context.state.config_records[RECORD_KEY_STATE]["max_weight"]))
+        if KEY_CLIPPING_NORM not in config and weight > max_weight:
+            reason = (f"client {int(cast(int, metrics['partition-id']))}: {weight} examples exceed "
+                      f"secagg-max-weight={max_weight:g}: raise secagg-max-weight to at least the largest shard")
+            raise _Refused(Message(Error(SETUP_FAILED, reason), reply_to=msg))
+        if KEY_CLIPPING_NORM in config:
+            privatize_update(update, float(cast(float, config[KEY_CLIPPING_NORM])),
+                             float(cast(float, config.get(NOISE_SHARE_STD, 0.0))))
+            weight = 1
+        shown = {key: value for key, value in metrics.items() if key not in WITHHELD_METRICS}
+        fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(update), weight, shown)  # type: ignore[arg-type]
+        return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
+
+    return train
+
+
+def privatize_update(update: NDArrays, clipping_norm: float, noise_std: float) -> None:
+    """Clip `update` to L2 norm `clipping_norm` (Flower's FlatClip), then add N(0, noise_std^2) to each
+    entry from a generator seeded by the OS (never by the run's seed). In place."""
+    if get_norm(update) > clipping_norm:
+        clip_inputs_inplace(update, clipping_norm)
+    add_gaussian_noise(update, noise_std)

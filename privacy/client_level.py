@@ -1,0 +1,103 @@
+"""Client-level differential privacy of DP-FedAvg (McMahan, Ramage, Talwar and Zhang, 2018).
+
+Each round the server releases S + N(0, (z C)^2 I), where S is the sum of the sampled clients' updates,
+each clipped to L2 norm C, and z is the noise multiplier. That bounds what the global model reveals
+about any one client's whole data set, unlike the per-example eps of each client's own mechanism.
+
+Neighbouring relation and sampling. The strategy draws a fixed-size subset of m of the n eligible
+clients, without replacement (strategies/private_fedavg.py `seeded_sample`). The amplification bound
+for that sampler (Wang, Balle and Kasiviswanathan 2019, Theorem 27) holds for *replace-one*
+neighbours, for which the sum's L2 sensitivity is 2C, not C: replacing one client's clipped update by
+another's moves S by up to 2C. dp-accounting's noise multiplier is the noise's standard deviation over
+the sensitivity, so a round is the event SampledWithoutReplacement(n, m, Gaussian(z_eff / 2)).
+
+z_eff is the noise that was actually added relative to C: z with server-side noise; z * sqrt(k / m)
+when each of the m sampled clients adds its own share N(0, (z C)^2 / m) under secure aggregation and
+only k of them contributed.
+
+Flower 1.42's RdpAccountant composes the same dp-accounting events, but for one fixed population and
+with the noise multiplier passed through unchanged; the eligible population here shrinks as clients
+spend their per-example budgets, so this ledger composes one event per round with that round's n.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from dp_accounting import dp_event
+from dp_accounting.privacy_accountant import NeighboringRelation
+from dp_accounting.rdp import RdpAccountant
+
+from privacy.checks import check_in_open_interval, check_integer
+
+COVERS = (
+    "a whole client's data (every example it holds): the global model released each round, for "
+    "replace-one-client neighbours, clients sampled without replacement"
+)
+SENSITIVITY_FACTOR = 2.0
+"""The sum's sensitivity under replace-one neighbours, in units of the clipping norm C."""
+
+
+@dataclass(frozen=True)
+class ClientLevelRound:
+    """One released noised sum: m of n clients sampled without replacement, noise z_eff * C."""
+
+    population: int
+    sample_size: int
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        check_integer("population", self.population, 1)
+        check_integer("sample_size", self.sample_size, 1)
+        if self.sample_size > self.population:
+            raise ValueError(f"sample_size={self.sample_size} exceeds population={self.population}")
+        if not self.noise_multiplier >= 0:
+            raise ValueError(f"noise_multiplier={self.noise_multiplier!r} is out of range: it must be >= 0")
+
+    @property
+    def sample_rate(self) -> float:
+        return self.sample_size / self.population
+
+    def dp_event(self) -> dp_event.DpEvent:
+        """The dp-accounting event of this round (module docstring)."""
+        gaussian = dp_event.GaussianDpEvent(self.noise_multiplier / SENSITIVITY_FACTOR)
+        return dp_event.SampledWithoutReplacementDpEvent(self.population, self.sample_size, gaussian)
+
+
+class ClientLevelAccountant:
+    """The client-level RDP ledger of a run: one event per round that released a noised sum."""
+
+    def __init__(self, delta: float) -> None:
+        self.delta = check_in_open_interval("delta", delta, 0.0, 1.0)
+        self.rounds: list[ClientLevelRound] = []
+        self._backend = RdpAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE)
+
+    def compose(self, release: ClientLevelRound) -> None:
+        self.rounds.append(release)
+        if release.noise_multiplier > 0:
+            self._backend.compose(release.dp_event())
+
+    def epsilon(self) -> float:
+        """eps at `delta` over every composed round; inf once a round added no noise, 0 before any."""
+        if not self.rounds:
+            return 0.0
+        if any(release.noise_multiplier == 0 for release in self.rounds):
+            return math.inf
+        return float(self._backend.get_epsilon(self.delta))
+
+    @property
+    def max_sample_rate(self) -> float:
+        """The largest per-round sampling rate m / n so far (nan before any round)."""
+        return max((release.sample_rate for release in self.rounds), default=math.nan)
+
+
+def add_gaussian_noise(arrays: list[np.ndarray], std: float) -> None:
+    """Add N(0, std^2) to every entry, in place, from a generator seeded by the OS: the noise must not be
+    rebuildable from the run's seed (docs/privacy.md). Flower's helper draws from numpy's global state."""
+    if std <= 0:
+        return
+    rng = np.random.default_rng()
+    for array in arrays:
+        array += rng.normal(0.0, std, array.shape).astype(array.dtype)

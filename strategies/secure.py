@@ -1,0 +1,335 @@
+"""PrivateFedAvg under secure aggregation (SecAgg+) and/or client-level DP (DP-FedAvg).
+
+What Flower 1.42 allows. `SecAggPlusWorkflow` (flwr.server.workflow) runs the server's half of
+SecAgg+ but only inside the legacy API: it takes a LegacyContext whose legacy Strategy samples
+ClientProxies (`configure_fit`) and receives FitRes results (`aggregate_fit`), and it drives one
+training round per call. The Message-API strategies have no secure-aggregation counterpart. This
+module keeps our strategy (seeded sampling by partition id, per-client ledgers, refusals, the round
+loop) and runs Flower's workflow unchanged for the training step of each round:
+
+- `_SampledClients`, a legacy Strategy that hands the workflow exactly the clients PrivateFedAvg
+  sampled, and keeps the unmasked aggregate that the workflow passes to `aggregate_fit`;
+- `_RecordingGrid`, the run's Grid, which also remembers every reply of every SecAgg+ stage, so that
+  each sampled client is told apart as trained (its clear-text ledger metrics), refused (its Error
+  code) or dropped out (the stage it vanished in): the workflow itself keeps only anonymous failures.
+
+What the server sees under secaggplus: each client's public keys, encrypted key shares it forwards,
+its masked vector (quantized [w, w * update], w the example count, or 1 under client-dp), the shares
+needed to unmask, and the clear-text privacy metrics (eps, steps, target, delta, sampling rate, noise
+parameter, can-continue); then the weighted mean update. Not: any single update, example count or
+training loss (client/secure.py).
+
+Client-level DP (client-dp = "central"). Every update is clipped to client-clipping-norm C on the
+client (client/secure.py: Flower's `fixedclipping_mod`, or the same FlatClip inside the SecAgg+ bridge),
+and the sum gets N(0, (z C)^2) noise, z = client-noise-multiplier:
+- without SecAgg+, by the server, on the uniform mean of the k updates it received (std z C / k, as
+  Flower's `compute_stdv`);
+- with SecAgg+, by the clients: each of the m sampled clients adds its share N(0, (z C)^2 / m) before
+  masking, so the server only ever unmasks a noised sum; when only k < m clients contribute, the
+  noise is z sqrt(k / m) C, and that smaller multiplier is what the ledger composes.
+Flower's DifferentialPrivacy*FixedClipping wrappers do not fit: they skip aggregation whenever any
+client replies with an error (every budget refusal would void the round), average with the
+example-count weights, and add noise in the clear on the server. The ledger is
+privacy/client_level.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import astuple
+from logging import WARNING
+from typing import Any, cast
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.common import FitIns, FitRes, Parameters, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.logger import log
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
+from flwr.compat.common import recorddict_compat as compat
+from flwr.server.client_manager import ClientManager, SimpleClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.strategy import Strategy as LegacyStrategy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
+from flwr.serverapp import Grid
+from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, clip_inputs_inplace, compute_stdv, get_norm
+
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.protocol import ARRAY_KEYS, BUDGET_EXHAUSTED, NOISE_SHARE_STD, SETUP_FAILED, parse_error_reason
+from dirichlet_fl.runs import RoundRecord
+from privacy.client_level import ClientLevelAccountant, ClientLevelRound, add_gaussian_noise
+from strategies.private_fedavg import PrivateFedAvg
+
+NDArrays = list[np.ndarray]
+
+
+def build_strategy(config: RunConfig) -> PrivateFedAvg:
+    """PrivateFedAvg, or SecureFedAvg when the run asks for secure aggregation or client-level DP."""
+    common: dict[str, Any] = {"seed": config.seed, "fraction_train": config.fraction_train,
+                              "fraction_evaluate": config.fraction_evaluate, "keep_updates": config.keep_updates}
+    if config.secure_aggregation == "none" and config.client_dp == "none":
+        return PrivateFedAvg(**common)
+    return SecureFedAvg(config, **common)
+
+
+def secaggplus_workflow(config: RunConfig, timeout: float | None) -> SecAggPlusWorkflow:
+    """Flower's workflow with the run's SecAgg+ keys: a value <= 1 of secagg-num-shares (of the
+    sampled clients) or secagg-reconstruction-threshold (of the shares) is a fraction, above 1 a count.
+    Under client-dp every weight is 1, so max_weight is 1 and the quantization keeps full precision."""
+    def share(value: float) -> int | float:
+        return float(value) if value <= 1 else int(value)
+
+    return SecAggPlusWorkflow(
+        share(config.secagg_num_shares),
+        share(config.secagg_reconstruction_threshold),
+        max_weight=1.0 if config.client_dp != "none" else config.secagg_max_weight,
+        clipping_range=config.secagg_clipping_range,
+        quantization_range=config.secagg_quantization_range,
+        timeout=timeout,
+    )
+
+
+def noised_mean_update(current: NDArrays, weights: list[NDArrays], clipping_norm: float,
+                       noise_multiplier: float) -> NDArrays:
+    """DP-FedAvg's server step: the uniform mean of the clients' updates (their `weights` minus `current`),
+    each clipped to `clipping_norm` (again: the clients already did, and FlatClip is idempotent, so a
+    client that skipped it cannot raise the sensitivity), plus N(0, (z C / k)^2) noise (Flower's
+    compute_stdv) for k updates."""
+    updates = [[np.subtract(new, old, dtype=np.float64) for new, old in zip(client, current)] for client in weights]
+    for update in updates:
+        if get_norm(update) > clipping_norm:
+            clip_inputs_inplace(update, clipping_norm)
+    mean = [np.mean([update[i] for update in updates], axis=0) for i in range(len(current))]
+    add_gaussian_noise(mean, compute_stdv(noise_multiplier, clipping_norm, len(updates)))
+    return mean
+
+
+class SecureFedAvg(PrivateFedAvg):
+    """PrivateFedAvg whose training step runs SecAgg+ and/or adds client-level DP (module docstring)."""
+
+    def __init__(self, config: RunConfig, *, seed: int, fraction_train: float, fraction_evaluate: float,
+                 keep_updates: bool = False) -> None:
+        super().__init__(seed=seed, fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
+                         keep_updates=keep_updates)
+        self.config = config
+        self.client_level = ClientLevelAccountant(config.delta) if config.client_dp != "none" else None
+        self.eligible = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """PrivateFedAvg's checkpoint plus the client-level ledger's rounds: a resumed run keeps composing."""
+        rounds = [] if self.client_level is None else [list(astuple(r)) for r in self.client_level.rounds]
+        return {**super().state_dict(), "client_level_rounds": rounds}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.client_level is not None:
+            for population, sample_size, multiplier in state.get("client_level_rounds", []):
+                self.client_level.compose(ClientLevelRound(int(population), int(sample_size), float(multiplier)))
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """PrivateFedAvg's seeded sample; under client-dp the clipping norm rides along (Flower's key)."""
+        self.eligible = sum(partition not in self.unavailable for partition in self.partition_of.values())
+        if self.client_level is not None:
+            config[KEY_CLIPPING_NORM] = self.config.client_clipping_norm
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        if self.config.secure_aggregation == "none" or len(messages) != 1:
+            return messages
+        reason = (f"secure-aggregation={self.config.secure_aggregation!r} needs at least 2 clients per round, but "
+                  f"round {server_round} samples 1")
+        if server_round == 1:
+            raise ValueError(f"{reason}: raise fraction-train or the number of clients")
+        log(WARNING, "%s (the others have spent their budgets): one update cannot be hidden in a sum, so the run "
+            "stops here", reason)
+        return []
+
+    def train_and_aggregate(
+        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float
+    ) -> ArrayRecord | None:
+        if not messages:
+            return super().train_and_aggregate(grid, server_round, arrays, messages, timeout)
+        if self.config.secure_aggregation == "secaggplus":
+            mean_update = self._secaggplus_round(grid, server_round, arrays, messages, timeout)
+        else:
+            mean_update = self._clear_round(grid, server_round, arrays, messages, timeout)
+        record = self.current = self.current or RoundRecord(server_round)
+        if mean_update is None:
+            return None
+        if self.client_level is not None:
+            self._account(record, sampled=len(messages))
+        current = arrays.to_numpy_ndarrays()
+        return ArrayRecord({
+            name: Array(np.asarray(old + delta).astype(old.dtype))
+            for name, old, delta in zip(arrays.keys(), current, mean_update)
+        })
+
+    def _clear_round(
+        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float
+    ) -> NDArrays | None:
+        """Client-level DP without SecAgg+: the uniform mean of the clipped updates, noised by the server."""
+        replies = list(grid.send_and_receive(messages, timeout=timeout))
+        self.aggregate_train(server_round, replies)
+        updates = [reply.content.array_records["arrays"].to_numpy_ndarrays() for reply in replies if not reply.has_error()]
+        if not updates:
+            return None
+        return noised_mean_update(arrays.to_numpy_ndarrays(), updates, self.config.client_clipping_norm,
+                                  self.config.client_noise_multiplier)
+
+    def _secaggplus_round(
+        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float
+    ) -> NDArrays | None:
+        """One training round through Flower's SecAggPlusWorkflow; returns the unmasked mean update."""
+        nodes = [message.metadata.dst_node_id for message in messages]
+        fit_config = dict(messages[0].content.config_records["config"])
+        fit_config[ARRAY_KEYS] = ",".join(arrays.keys())
+        if self.client_level is not None:
+            noise = self.config.client_noise_multiplier * self.config.client_clipping_norm
+            fit_config[NOISE_SHARE_STD] = noise / math.sqrt(len(nodes))
+        parameters = ndarrays_to_parameters(arrays.to_numpy_ndarrays())
+        recording = _RecordingGrid(grid)
+        run_id = grid.run.run_id
+        sampled = _SampledClients(
+            [(GridClientProxy(node, recording, run_id), FitIns(parameters, fit_config)) for node in nodes]  # type: ignore[arg-type]
+        )
+        state = RecordDict({
+            MAIN_CONFIGS_RECORD: ConfigRecord({WorkflowKey.CURRENT_ROUND: server_round}),
+            MAIN_PARAMS_RECORD: compat.parameters_to_arrayrecord(parameters, keep_input=True),
+        })
+        context = LegacyContext(
+            Context(run_id=run_id, node_id=0, node_config={}, state=state, run_config={}),
+            strategy=sampled, client_manager=sampled.manager,
+        )
+        secaggplus_workflow(self.config, timeout)(recording, context)
+        record = self._secaggplus_record(server_round, nodes, recording)
+        if sampled.aggregate is None:
+            log(WARNING, "round %d: SecAgg+ could not unmask the sum (%d of %d sampled clients sent a masked "
+                "update; see the reconstruction threshold above); the round's updates are discarded and the model "
+                "is unchanged, every client's spent eps stays in its ledger", server_round, len(record.trained),
+                len(nodes))
+            return None
+        return parameters_to_ndarrays(sampled.aggregate)
+
+    def _secaggplus_record(self, server_round: int, nodes: list[int], recording: _RecordingGrid) -> RoundRecord:
+        """Each sampled client's outcome, from the replies of every SecAgg+ stage (module docstring)."""
+        record = self.current = RoundRecord(server_round)
+        for node in nodes:
+            partition = self.partition_of[node]
+            for stage, replies in recording.stages:
+                reply = replies.get(node)
+                if reply is None:
+                    record.failed[partition] = f"dropped out of SecAgg+ at stage {stage!r}: no reply"
+                    break
+                if reply.has_error():
+                    text, ledger = parse_error_reason(reply.error.reason or "")
+                    if ledger is not None:
+                        record.reported[partition] = ledger
+                    if reply.error.code == BUDGET_EXHAUSTED:
+                        record.refused[partition] = text
+                        self.exhausted.add(partition)
+                    else:
+                        record.failed[partition] = f"SecAgg+ stage {stage!r}: {text}"
+                        if reply.error.code == SETUP_FAILED:
+                            self.excluded[partition] = text
+                    break
+                if stage == Stage.COLLECT_MASKED_VECTORS:
+                    shown = reply.content.config_records["fitres.metrics"]
+                    metrics = {key: float(cast(float, value)) for key, value in shown.items()}
+                    record.trained[partition] = metrics  # in the sum: a later dropout is unmasked by others
+                    if not metrics["can-continue"]:
+                        self.exhausted.add(partition)
+                    break
+            else:
+                record.failed[partition] = "secure aggregation halted before this client trained"
+        record.spent, record.excluded = set(self.exhausted), set(self.excluded)
+        self.idle_rounds = 0 if record.trained else self.idle_rounds + 1
+        return record
+
+    def _account(self, record: RoundRecord, sampled: int) -> None:
+        """Compose the round's release into the client-level ledger and note it in the round's record."""
+        assert self.client_level is not None
+        contributed = len(record.trained)
+        multiplier = self.config.client_noise_multiplier
+        if self.config.secure_aggregation == "secaggplus":
+            multiplier *= math.sqrt(contributed / sampled)
+        self.client_level.compose(ClientLevelRound(self.eligible, sampled, multiplier))
+        record.client_level = {
+            "epsilon": self.client_level.epsilon(),
+            "delta": self.client_level.delta,
+            "sample_rate": self.client_level.max_sample_rate,
+            "rounds": len(self.client_level.rounds),
+        }
+
+
+class _SampledClients(LegacyStrategy):
+    """The legacy Strategy SecAggPlusWorkflow needs: it offers the clients PrivateFedAvg sampled, and
+    keeps the unmasked aggregate. The workflow calls only configure_fit and aggregate_fit; the
+    evaluation and initialization hooks exist because Flower's abstract class requires them and
+    return "nothing" as Flower's own strategies do when a step is switched off."""
+
+    def __init__(self, instructions: list[tuple[ClientProxy, FitIns]]) -> None:
+        self.instructions = instructions
+        self.manager = SimpleClientManager()
+        for proxy, _ in instructions:
+            self.manager.register(proxy)
+        self.aggregate: Parameters | None = None
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        return None
+
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
+        return self.instructions
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures):
+        """Every FitRes carries the same unmasked aggregate (SecAggPlusWorkflow.unmask_stage)."""
+        self.aggregate = results[0][1].parameters if results else None
+        return self.aggregate, {}
+
+    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
+        return []
+
+    def aggregate_evaluate(self, server_round: int, results, failures):
+        return None, {}
+
+    def evaluate(self, server_round: int, parameters: Parameters):
+        return None
+
+
+class _RecordingGrid(Grid):
+    """The run's Grid, remembering each SecAgg+ stage's replies by node (and every other call passed on)."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+        self.stages: list[tuple[str, dict[int, Message]]] = []
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        messages = list(messages)
+        if not messages:
+            return []
+        stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS][Key.STAGE])  # before a client pops it
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        self.stages.append((stage, {reply.metadata.src_node_id: reply for reply in replies}))
+        return replies
+
+    @property
+    def run(self):
+        return self.grid.run
+
+    def set_run(self, run):
+        self.grid.set_run(run)
+
+    def create_message(self, *args, **kwargs):
+        return self.grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)

@@ -1,0 +1,26 @@
+"""The run folder under client-dp: the client-level eps beside the per-example one, each labelled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Array, ArrayRecord
+
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.runs import RoundRecord, RunWriter
+
+
+def test_the_run_folder_labels_the_client_level_eps(tmp_path: Path) -> None:
+    config = RunConfig(client_dp="central", results_dir=str(tmp_path), run_name="dp")
+    writer = RunWriter.create(config, 2, "per example")
+    record = RoundRecord(1, trained={0: {"epsilon": 0.5, "steps": 3, "target-epsilon": 1.0, "sample-rate": 0.1,
+                                         "num-examples": 10, "train-loss": 1.0}},
+                         client_level={"epsilon": 2.5, "delta": 1e-5, "sample_rate": 0.5, "rounds": 1})
+    writer.record_round(record, ArrayRecord({"w": Array(np.zeros(2, np.float32))}), strategy_state={})
+    row = (tmp_path / "dp" / "rounds.csv").read_text().splitlines()[1]
+    assert row.endswith(",2.5,1e-05,0.5,1")
+    summary = writer.finish(0.5, 1.0, assumptions_hold=True)
+    assert summary["client_level"]["epsilon"] == 2.5 and "whole client" in summary["client_level"]["covers"]
+    assert [c["client_level_epsilon"] for c in summary["clients"]] == [2.5, 2.5]
+    assert [c["epsilon"] for c in summary["clients"]] == [0.5, 0.0]

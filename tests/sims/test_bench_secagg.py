@@ -1,0 +1,30 @@
+"""`bench secagg` and `bench client-dp` end to end at a tiny size: documented keys and relations that hold
+whatever the load; no timing is asserted."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.sims.test_benchmarks import run_bench
+
+
+def test_secagg_protocol_reports_both_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = run_bench(["secagg", "--runs", "2", "--clients", "3", "--out", str(tmp_path)], capsys)
+    assert len(report["protocol_runs"]) == 2 and report["config"]["clients"] == 3
+    assert report["protocol"]["parameters"] == report["protocol_runs"][0]["parameters"] > 1000
+    assert report["protocol"]["secaggplus_seconds"] > 0 and report["protocol"]["plain_seconds"] > 0
+    assert "flower" not in report
+
+
+def test_client_dp_sweep_reports_the_client_level_eps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["client-dp", "--dataset", "digits", "--clients", "3", "--rounds", "1", "--noise-multipliers", "0,50",
+            "--local-steps", "2",
+            "--out", str(tmp_path)]
+    off, noised = run_bench(argv, capsys)["cells"]
+    assert "client_level_epsilon" not in off and off["rounds"] == noised["rounds"] == 1
+    assert 0 < noised["client_level_epsilon"] < 1 and noised["client_level_sample_rate"] == 1.0
+    assert noised["median_update_norm"] > 0 and not math.isnan(noised["final_accuracy"])
+    assert off["max_example_epsilon"] == noised["max_example_epsilon"]  # same per-example ledgers
