@@ -97,10 +97,15 @@ def test_the_submitted_client_app_runs_not_the_first_checkouts(tmp_path: Path, f
     assert marker.read_text() == "second checkout"
 
 
-def test_a_stale_checkout_on_the_workers_path_makes_the_clients_refuse(tmp_path: Path, flwr_home: Path) -> None:
-    second = copy_checkout(tmp_path / "second", tmp_path / "marker")
+def test_a_checkout_on_the_workers_path_never_trains_silently(tmp_path: Path, flwr_home: Path) -> None:
+    """A SuperLink started inside checkout 1: either its workers import checkout 1's client code, and
+    the clients refuse to join (the fingerprint differs), or they import the submitted bundle, which
+    then runs (its marker appears). Never a run with code that was not submitted."""
+    marker = tmp_path / "marker"
+    second = copy_checkout(tmp_path / "second", marker)
     first = plain_copy(tmp_path / "first")
     flwr_run(first, flwr_home, first, tmp_path / "results")  # a SuperLink whose workers start inside checkout 1
     stale = flwr_run(second, flwr_home, second, tmp_path / "results")
     output = stale.stdout + stale.stderr
-    assert "refused to join" in output and "differs from the submitted app" in output, output[-3000:]
+    refused = "refused to join" in output and "differs from the submitted app" in output
+    assert refused != marker.exists(), output[-3000:]
