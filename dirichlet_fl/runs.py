@@ -456,10 +456,14 @@ class FinishedRun:
 
 
 def load_run(run_dir: str | Path) -> FinishedRun:
-    """Load results-dir/<run>/; raises FileNotFoundError naming the missing file."""
+    """Load results-dir/<run>/; raises FileNotFoundError naming the missing file.
+
+    A run killed before its end has no summary.json: its last checkpoint stands in for it (status
+    `interrupted`, every client's ledger as of that round, which matches model.pt's round)."""
     directory = Path(run_dir)
+    interrupted = not (directory / "summary.json").is_file() and (directory / CHECKPOINT).is_file()
     for name in RUN_FILES:
-        if not (directory / name).is_file():
+        if not (directory / name).is_file() and not (interrupted and name == "summary.json"):
             raise FileNotFoundError(f"{directory}: missing {name}; is this a finished dirichlet-fl run folder?")
     stored = read_json(directory / "config.json")
     config = RunConfig.from_run_config(stored["run_config"])
@@ -472,8 +476,31 @@ def load_run(run_dir: str | Path) -> FinishedRun:
         directory=directory,
         config=config,
         num_clients=num_clients,
-        summary=read_json(directory / "summary.json"),
+        summary=_interrupted_summary(directory, config) if interrupted else read_json(directory / "summary.json"),
         model=model,
         data=split.data,
         train_parts=split.train_parts,
     )
+
+
+def _interrupted_summary(directory: Path, config: RunConfig) -> dict[str, Any]:
+    """What summary.json would hold about the clients' privacy and the model's accuracy, read from the
+    last checkpoint and its round's row of rounds.csv."""
+    checkpoint = read_checkpoint(directory)
+    clients = {int(client): ClientLedger(**ledger) for client, ledger in checkpoint["clients"].items()}
+    last = str(int(checkpoint["round"]))
+    accuracy = [float(row["central_accuracy"]) for row in _read_rows(directory / "rounds.csv") if row["round"] == last]
+    return {
+        "status": "interrupted",
+        "final_accuracy": accuracy[-1] if accuracy else None,
+        "status_reason": f"the run stopped after round {int(checkpoint['round'])} without a summary",
+        "rounds": int(checkpoint["round"]),
+        "mechanism": config.mechanism,
+        "delta": config.delta,
+        "accountant_assumptions_hold": not config.allow_batch_norm,
+        "clients": [
+            {"id": client, "target_epsilon": ledger.target_epsilon, "epsilon": _json_number(ledger.epsilon),
+             "delta": config.delta, "steps": ledger.steps, "sample_rate": _json_number(ledger.sample_rate)}
+            for client, ledger in sorted(clients.items())
+        ],
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from flwr.app import ArrayRecord
 from cli.audit import add_parser
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.run_audit import audit_run, matched_candidates
-from dirichlet_fl.runs import save_round_updates
+from dirichlet_fl.runs import CHECKPOINT, ClientLedger, load_run, save_round_updates
 from dirichlet_fl.task import build_run_model, evaluate, federated_split
 from privacy.registry import covers
 
@@ -221,3 +222,19 @@ def test_the_update_view_of_a_run_without_kept_updates_names_the_fix(tmp_path, c
     run_dir = write_run(tmp_path / "run", "dirichlet", [1.0])
     assert run_command([str(run_dir), "--view", "updates"]) == 2
     assert "keep-updates=true" in capsys.readouterr().err
+
+
+def test_a_killed_run_is_audited_from_its_last_checkpoint(tmp_path, capsys):
+    """No summary.json (the server was killed): the checkpoint's ledgers give the claimed eps."""
+    run_dir = write_run(tmp_path / "run", "dirichlet", [1.0, 2.0])
+    (run_dir / "summary.json").unlink()
+    ledgers = {str(c): asdict(ClientLedger(target_epsilon=4.0, epsilon=eps, steps=7, sample_rate=0.1))
+               for c, eps in enumerate([0.5, 0.75])}
+    torch.save({"round": 2, "clients": ledgers}, run_dir / CHECKPOINT)
+    (run_dir / "rounds.csv").write_text("round,central_accuracy\n1,0.25\n2,0.5\n")
+    run = load_run(run_dir)
+    assert run.summary["status"] == "interrupted" and run.summary["rounds"] == 2
+    assert run.summary["final_accuracy"] == 0.5
+    assert [c["epsilon"] for c in run.summary["clients"]] == [0.5, 0.75]
+    assert run_command([str(run_dir), "--json", "--max-candidates", "200"]) == 0
+    assert json.loads(capsys.readouterr().out)["claimed_eps"] == 0.75
