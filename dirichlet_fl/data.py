@@ -188,14 +188,15 @@ def _to_image_data(
     )
 
 
-def _stratified_split(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of a stratified TEST_FRACTION hold-out split with the fixed SPLIT_SEED, each sorted."""
+def stratified_split(
+    labels: np.ndarray, fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED
+) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of a stratified hold-out split (kept, held out), each sorted; scikit-learn is imported here
+    only, so that a client process that never splits does not pay for it."""
     from sklearn.model_selection import train_test_split
 
-    train, test = train_test_split(
-        np.arange(len(labels)), test_size=TEST_FRACTION, stratify=labels, random_state=SPLIT_SEED
-    )
-    return np.sort(train), np.sort(test)
+    kept, held = train_test_split(np.arange(len(labels)), test_size=fraction, stratify=labels, random_state=seed)
+    return np.sort(kept), np.sort(held)
 
 
 def _missing_file(name: str, path: Path, alternative: str | None = None) -> FileNotFoundError:
@@ -213,7 +214,7 @@ def _load_digits() -> ImageData:
 
     bunch = load_digits()
     images, labels = bunch.images[:, None], bunch.target
-    train, test = _stratified_split(labels)
+    train, test = stratified_split(labels)
     splits = {"train": (images[train], labels[train]), "test": (images[test], labels[test])}
     return _to_image_data("digits", splits, tuple(str(c) for c in bunch.target_names), 16.0)
 
@@ -270,7 +271,7 @@ def _load_mnist_idx(folder: Path, download: bool) -> ImageData:
     if has_train:
         splits = {"train": _read_idx_pair(folder, "train"), "test": test}
     else:
-        train, held_out = _stratified_split(test[1])
+        train, held_out = stratified_split(test[1])
         splits = {"train": (test[0][train], test[1][train]), "test": (test[0][held_out], test[1][held_out])}
     return _to_image_data("mnist-idx", splits, tuple(str(d) for d in range(10)), 255.0)
 

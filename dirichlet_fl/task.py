@@ -17,11 +17,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
 from torch import Tensor, nn
 
 from dirichlet_fl.config import RunConfig, SplitSpec
-from dirichlet_fl.data import AUGMENTED_BY_DEFAULT, ImageData, load_dataset, load_site_file, random_crop_flip
+from dirichlet_fl.data import (
+    AUGMENTED_BY_DEFAULT,
+    ImageData,
+    load_dataset,
+    load_site_file,
+    random_crop_flip,
+    stratified_split,
+)
 from dirichlet_fl.models import build_model
 from dirichlet_fl.partition import partition_indices
 from privacy.mechanisms import Mechanism, MechanismSpec
@@ -78,10 +84,8 @@ def _split(spec: SplitSpec) -> FederatedSplit:
 def hold_out_validation(data: ImageData, fraction: float, seed: int) -> ImageData:
     """The data with a stratified `fraction` of its training set (fixed by `seed`) as its test set, and
     the real test set dropped: for tuning (learning rates, rounds) without ever looking at the test set."""
-    labels = data.train_y.numpy()
-    keep, held = train_test_split(np.arange(len(labels)), test_size=fraction, stratify=labels, random_state=seed)
-    keep, held = torch.as_tensor(np.sort(keep)), torch.as_tensor(np.sort(held))
-    return replace(data, name=f"{data.name} (validation)", train_x=data.train_x[keep], train_y=data.train_y[keep],
+    kept, held = (torch.as_tensor(part) for part in stratified_split(data.train_y.numpy(), fraction, seed))
+    return replace(data, name=f"{data.name} (validation)", train_x=data.train_x[kept], train_y=data.train_y[kept],
                    test_x=data.train_x[held], test_y=data.train_y[held], val_x=None, val_y=None)
 
 

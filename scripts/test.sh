@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up .venv, then check and test on the CPU (no network, no GPU, no ../shared needed):
+# Set up .venv, then check and test on the CPU (no network, no GPU, no data beyond what the tests write):
 # ruff (lint, rules in pyproject.toml), mypy (the library packages), then the whole pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -12,7 +12,7 @@ Two measurements, medians over --runs each, the two kinds alternating:
   (sims.bench_simulation.measure_run, one child process each); steady seconds per round = the median of
   rounds 2..R, from rounds.csv.
 
-InProcessGrid, the in-process Grid, is also what tests/test_secure_aggregation.py runs the protocol on.
+InProcessGrid, the in-process Grid, is also what tests/strategies/test_secure.py runs the protocol on.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ class InProcessGrid(Grid):
     """A Grid that hands each message (a copy, as if it crossed the wire) to a ClientApp in this process.
 
     Node FIRST_NODE_ID + p holds partition p. A node listed in `drop[stage]` stops replying from that
-    SecAgg+ stage on, as a crashed client would. Every reply is kept in `replies` as (stage, reply)."""
+    SecAgg+ stage on, as a crashed client would. Every reply is kept in `replies` as (stage, reply).
+    Flower's SecAgg+ workflow only calls send_and_receive; the Grid's lower-level methods (create,
+    push, pull) are refused with NotImplementedError rather than imitated."""
 
     def __init__(self, app: ClientApp, num_nodes: int, drop: dict[str, set[int]] | None = None) -> None:
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
