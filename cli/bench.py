@@ -33,9 +33,8 @@ PROG = "dirichlet-fl bench"
 
 
 def _steps_options(parser: argparse.ArgumentParser) -> None:
-    from dirichlet_fl.models import MODELS
-
     """Options of `bench steps`."""
+    from dirichlet_fl.models import MODELS
     parser.add_argument("--model", choices=MODELS, default="cnn", help="network (default cnn)")
     parser.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
     parser.add_argument("--image-size", type=int, default=28, help="square input side (default 28, MNIST)")
@@ -88,15 +87,18 @@ def _scale_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _accuracy_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `bench accuracy` (defaults: the full sweep)."""
+    from dirichlet_fl.models import MODELS
     from sims import accuracy_vs_epsilon
 
-    """Options of `bench accuracy` (defaults: the full sweep)."""
     defaults = accuracy_vs_epsilon.Sweep()
     parser.add_argument("--quick", action="store_true",
                         help="the app's default digits job, one seed, eps in {1, 4}: under 10 minutes")
     parser.add_argument("--dataset", default=defaults.dataset)
     parser.add_argument("--data-root", default=defaults.data_root)
     parser.add_argument("--num-clients", type=int, default=defaults.num_clients)
+    parser.add_argument("--model", default=defaults.model, choices=sorted(MODELS),
+                        help=f"network (default {defaults.model})")
     parser.add_argument("--seeds", type=int, default=len(defaults.seeds), help="seeds 0..N-1 (default 3)")
     parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in defaults.epsilons),
                         help="comma-separated target eps values, at delta=1e-5")
@@ -115,12 +117,13 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes, one thread each (default 2)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the finished runs of an interrupted sweep in --out and run the rest")
+    parser.add_argument("--table-only", action="store_true",
+                        help="rebuild table.md, table.csv and the plot from the runs finished in --out, run nothing")
 
 
 def _gpu_options(parser: argparse.ArgumentParser) -> None:
-    from dirichlet_fl.models import MODELS
-
     """Options of `bench gpu` (defaults: the paper's setting)."""
+    from dirichlet_fl.models import MODELS
     parser.add_argument("--data-root", default=None, help="folder holding cifar-10-batches-py/")
     parser.add_argument("--synthetic", action="store_true", help="random CIFAR-shaped data instead of CIFAR10")
     parser.add_argument("--synthetic-size", type=int, default=50_000, help="examples of synthetic data")
@@ -158,15 +161,26 @@ def _secagg_options(parser: argparse.ArgumentParser) -> None:
 
 def _client_dp_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench client-dp`."""
+    from dirichlet_fl.config import RunConfig
+
     parser.add_argument("--dataset", default="mnist-idx")
     parser.add_argument("--data-root", default="data/mnist-t10k", help="folder of the data set's files")
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--fraction-train", type=float, default=1.0)
     parser.add_argument("--noise-multipliers", default="0,2,4,8,16", help="z values; 0: client-dp none")
-    parser.add_argument("--clipping-norm", type=float, default=1.0)
+    parser.add_argument("--clipping-norm", type=float, default=1.0, help="C (adaptive: its first value)")
+    parser.add_argument("--clipping", dest="clipping_mode", default="central", choices=["central", "adaptive"],
+                        help="central: fixed C; adaptive: C follows --target-quantile of the update norms")
+    parser.add_argument("--target-quantile", type=float, default=0.5,
+                        help="adaptive clipping: fraction of updates left unclipped (default 0.5)")
     parser.add_argument("--mechanism", default="dirichlet", help="each client's per-example mechanism")
-    parser.add_argument("--local-steps", type=int, default=0, help="steps per round (0: one local epoch)")
+    parser.add_argument("--target-epsilon", type=float, default=1.0, help="each client's per-example eps")
+    parser.add_argument("--model", default="cnn", help="network (default cnn)")
+    parser.add_argument("--learning-rate", type=float, default=RunConfig().learning_rate)
+    parser.add_argument("--batch-size", type=int, default=RunConfig().batch_size)
+    parser.add_argument("--local-epochs", type=float, default=1.0, help="local epochs per round")
+    parser.add_argument("--local-steps", type=int, default=0, help="steps per round (0: --local-epochs)")
     parser.add_argument("--seed", type=int, default=0)
 
 

@@ -21,7 +21,10 @@ it is carried around it and returned as the same Error, so the server still tell
 failures, and the client's ledger, saved before the handler replied, is kept.
 
 Without SecAgg+ and with client-dp, Flower's own `fixedclipping_mod` clips the update (the server adds
-the noise, strategies/secure.py).
+the noise, strategies/secure.py); under client-dp = "adaptive" Flower's `adaptiveclipping_mod` clips it
+and reports whether it was clipped. With SecAgg+ and adaptive clipping, that bit (as 1[left unclipped],
+plus this client's Gaussian share of the count's noise) travels as one more array inside the masked
+vector, so the server learns only the noised count.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ from typing import cast
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, MetricRecord
 from flwr.client.mod import secaggplus_mod
-from flwr.clientapp.mod import fixedclipping_mod
+from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE
 from flwr.compat.common import recorddict_compat as compat
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, clip_inputs_inplace, get_norm
 
-from dirichlet_fl.protocol import ARRAY_KEYS, NOISE_SHARE_STD, SETUP_FAILED, WITHHELD_METRICS
+from dirichlet_fl.protocol import ARRAY_KEYS, CLIPPED_COUNT_NOISE_STD, NOISE_SHARE_STD, SETUP_FAILED, WITHHELD_METRICS
 from privacy.client_level import add_gaussian_noise
 
 NDArrays = list[np.ndarray]
@@ -59,8 +62,10 @@ def aggregation_mod(msg: Message, context: Context, call_next: ClientAppCallable
         return call_next(msg, context)
     if RECORD_KEY_CONFIGS in msg.content.config_records:
         return _secaggplus(msg, context, call_next)
-    if "config" in msg.content.config_records and KEY_CLIPPING_NORM in msg.content.config_records["config"]:
-        return fixedclipping_mod(msg, context, call_next)
+    config = msg.content.config_records.get("config", ConfigRecord())
+    if KEY_CLIPPING_NORM in config:
+        mod = adaptiveclipping_mod if CLIPPED_COUNT_NOISE_STD in config else fixedclipping_mod
+        return mod(msg, context, call_next)
     return call_next(msg, context)
 
 
@@ -99,14 +104,25 @@ def _bridged(call_next: ClientAppCallable) -> ClientAppCallable:
                       f"secagg-max-weight={max_weight:g}: raise secagg-max-weight to at least the largest shard")
             raise _Refused(Message(Error(SETUP_FAILED, reason), reply_to=msg))
         if KEY_CLIPPING_NORM in config:
-            privatize_update(update, float(cast(float, config[KEY_CLIPPING_NORM])),
-                             float(cast(float, config.get(NOISE_SHARE_STD, 0.0))))
+            clipping_norm = float(cast(float, config[KEY_CLIPPING_NORM]))
+            unclipped = get_norm(update) <= clipping_norm
+            privatize_update(update, clipping_norm, float(cast(float, config.get(NOISE_SHARE_STD, 0.0))))
+            if CLIPPED_COUNT_NOISE_STD in config:
+                update.append(unclipped_bit(unclipped, float(cast(float, config[CLIPPED_COUNT_NOISE_STD]))))
             weight = 1
         shown = {key: value for key, value in metrics.items() if key not in WITHHELD_METRICS}
         fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(update), weight, shown)  # type: ignore[arg-type]
         return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
 
     return train
+
+
+def unclipped_bit(unclipped: bool, noise_std: float) -> np.ndarray:
+    """The one-entry array 1[update left unclipped] + N(0, noise_std^2) (OS entropy) that adaptive clipping
+    sums under SecAgg+ (Andrew et al. 2021; privacy/client_level.py)."""
+    bit = [np.array([float(unclipped)], dtype=np.float64)]
+    add_gaussian_noise(bit, noise_std)
+    return bit[0]
 
 
 def privatize_update(update: NDArrays, clipping_norm: float, noise_std: float) -> None:

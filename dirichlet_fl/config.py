@@ -15,6 +15,7 @@ from typing import Any
 from dirichlet_fl.partition import PARTITIONERS
 from privacy.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
+from privacy.client_level import update_noise_multiplier
 from privacy.registry import MECHANISMS
 
 OPTIMIZERS = ("sgd", "adam")
@@ -26,7 +27,7 @@ LEARNING_RATE_MODES = ("effective", "adaptive", "raw")
 AUGMENT_CHOICES = ("auto", "on", "off")
 SECURE_AGGREGATION = ("none", "secaggplus")
 """none: the server sees every update; secaggplus: Flower's SecAgg+, the server sees only the sum."""
-CLIENT_DP = ("none", "central")
+CLIENT_DP = ("none", "central", "adaptive")
 """Client-level DP on the aggregate (DP-FedAvg): none, or central (fixed clipping norm, Gaussian noise)."""
 
 
@@ -97,6 +98,9 @@ class RunConfig:
     client_dp: str = "none"
     client_clipping_norm: float = 1.0
     client_noise_multiplier: float = 1.0
+    client_clip_target_quantile: float = 0.5
+    client_clip_learning_rate: float = 0.2
+    client_clipped_count_stddev: float = 0.0
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:
@@ -182,6 +186,13 @@ class RunConfig:
         check_positive("client-clipping-norm", self.client_clipping_norm)
         if not self.client_noise_multiplier >= 0:
             raise ValueError(f"client-noise-multiplier={self.client_noise_multiplier!r} is out of range: it must be >= 0")
+        check_in_open_interval("client-clip-target-quantile", self.client_clip_target_quantile, 0.0, 1.0)
+        check_positive("client-clip-learning-rate", self.client_clip_learning_rate)
+        if not self.client_clipped_count_stddev >= 0:
+            raise ValueError(f"client-clipped-count-stddev={self.client_clipped_count_stddev!r} is out of range: it "
+                             "must be >= 0 (0: the first round's number of sampled clients / 20)")
+        if self.client_dp == "adaptive" and self.client_clipped_count_stddev > 0:
+            update_noise_multiplier(self.client_noise_multiplier, self.client_clipped_count_stddev)
 
     @property
     def budget_rounds(self) -> int:

@@ -114,6 +114,11 @@ def code_fingerprint(app_dir: Path) -> str:
 NOISE_SHARE_STD = "noise-share-std"
 """Train config key: the std of the Gaussian share each client adds to its clipped update under
 secaggplus with client-dp, so that the server only ever unmasks a noised sum."""
+CLIPPED_COUNT_NOISE_STD = "clipped-count-noise-std"
+"""Train config key under client-dp = "adaptive": report whether the update was left unclipped. With
+secaggplus the client appends 1[||update|| <= C] plus N(0, this^2) as one more array of its masked
+vector, so the server learns only the noised count; without it Flower's `adaptiveclipping_mod` reports
+the bit in the clear (value 0: the server adds the count's noise)."""
 ARRAY_KEYS = "array-keys"
 """Train config key under secaggplus: the global model's array names, comma-separated (Flower's SecAgg+
 messages carry legacy Parameters, which have no names)."""

@@ -48,9 +48,12 @@ ROUND_COLUMNS = [
     "round", "central_accuracy", "central_loss", "federated_accuracy", "federated_loss", "train_loss",
     "trained", "refused", "failed", "max_epsilon", "seconds",
     "client_level_epsilon", "client_level_delta", "client_level_sample_rate", "client_level_rounds",
+    "client_level_clipping_norm", "client_level_unclipped_fraction",
 ]
-CLIENT_LEVEL_KEYS = ("epsilon", "delta", "sample_rate", "rounds")
-"""RoundRecord.client_level's keys, written as client_level_<key> (nan without client-dp)."""
+CLIENT_LEVEL_KEYS = ("epsilon", "delta", "sample_rate", "rounds", "clipping_norm", "unclipped_fraction")
+"""RoundRecord.client_level's keys, written as client_level_<key> (nan without client-dp): the eps so far
+and what it is at, the round's clipping norm C and (client-dp = "adaptive") the noised fraction of
+updates that C left unclipped, which sets the next round's C."""
 LEDGER_COLUMNS = [
     "round", "client", "status", "epsilon", "delta", "steps", "target_epsilon", "sample_rate", "noise_parameter",
     "learning_rate",
@@ -308,7 +311,8 @@ class RunWriter:
         return {
             **{key: _json_number(self.client_level.get(key, math.nan)) for key in CLIENT_LEVEL_KEYS},
             "noise_multiplier": self.config.client_noise_multiplier,
-            "clipping_norm": self.config.client_clipping_norm,
+            "clipping": "adaptive" if self.config.client_dp == "adaptive" else "fixed",
+            "initial_clipping_norm": self.config.client_clipping_norm,
             "covers": CLIENT_LEVEL_COVERS,
         }
 

@@ -15,6 +15,18 @@ z_eff is the noise that was actually added relative to C: z with server-side noi
 when each of the m sampled clients adds its own share N(0, (z C)^2 / m) under secure aggregation and
 only k of them contributed.
 
+Adaptive clipping (client-dp = "adaptive"; Andrew, Thakkar, McMahan and Ramaswamy, 2021). C follows
+a target quantile gamma of the update norms: each round every sampled client reports the bit
+b_i = 1[||update_i|| <= C], the server learns the noised count sum_i b_i + N(0, sigma_b^2) and moves
+C <- C exp(-eta (b_bar - gamma)) (their geometric update), b_bar the noised fraction left unclipped. The
+round then releases two Gaussian sums; under replace-one neighbours the update sum has sensitivity 2C
+and the bit sum 1, so releasing both with update noise z_delta C and count noise sigma_b is the single
+Gaussian mechanism with z^-2 = z_delta^-2 + (2 sigma_b)^-2 (their Theorem 1). The run's
+client-noise-multiplier is that total z: the updates get z_delta = (z^-2 - (2 sigma_b)^-2)^-1/2 > z,
+and the ledger composes z, exactly as for fixed clipping. Flower 1.42's adaptive wrappers count the
+*clipped* updates but apply the paper's update for the unclipped fraction, which drives C away from the
+quantile (to 0 when most updates are clipped); this module follows the paper.
+
 Flower 1.42's RdpAccountant composes the same dp-accounting events, but for one fixed population and
 with the noise multiplier passed through unchanged; the eligible population here shrinks as clients
 spend their per-example budgets, so this ledger composes one event per round with that round's n.
@@ -24,13 +36,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from dp_accounting import dp_event
-from dp_accounting.privacy_accountant import NeighboringRelation
-from dp_accounting.rdp import RdpAccountant
 
-from privacy.checks import check_in_open_interval, check_integer
+if TYPE_CHECKING:
+    from dp_accounting import dp_event
+
+from privacy.checks import check_in_open_interval, check_integer, check_positive
 
 COVERS = (
     "a whole client's data (every example it holds): the global model released each round, for "
@@ -62,6 +75,7 @@ class ClientLevelRound:
 
     def dp_event(self) -> dp_event.DpEvent:
         """The dp-accounting event of this round (module docstring)."""
+        from dp_accounting import dp_event
         gaussian = dp_event.GaussianDpEvent(self.noise_multiplier / SENSITIVITY_FACTOR)
         return dp_event.SampledWithoutReplacementDpEvent(self.population, self.sample_size, gaussian)
 
@@ -72,6 +86,9 @@ class ClientLevelAccountant:
     def __init__(self, delta: float) -> None:
         self.delta = check_in_open_interval("delta", delta, 0.0, 1.0)
         self.rounds: list[ClientLevelRound] = []
+        from dp_accounting.privacy_accountant import NeighboringRelation
+        from dp_accounting.rdp import RdpAccountant
+
         self._backend = RdpAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE)
 
     def compose(self, release: ClientLevelRound) -> None:
@@ -91,6 +108,52 @@ class ClientLevelAccountant:
     def max_sample_rate(self) -> float:
         """The largest per-round sampling rate m / n so far (nan before any round)."""
         return max((release.sample_rate for release in self.rounds), default=math.nan)
+
+
+def update_noise_multiplier(noise_multiplier: float, count_stddev: float) -> float:
+    """z_delta, the update noise that leaves the total noise multiplier at z once the clipped count is
+    released with noise sigma_b (module docstring; Andrew et al. 2021, Theorem 1). Refuses z >= 2 sigma_b,
+    where the count alone would spend more than the whole budget."""
+    if noise_multiplier == 0:
+        return 0.0
+    if not noise_multiplier < 2 * count_stddev:
+        raise ValueError(
+            f"client-noise-multiplier={noise_multiplier:g} needs client-clipped-count-stddev > {noise_multiplier / 2:g} "
+            f"(got {count_stddev:g}): the clipped count's noise sigma_b must exceed z / 2 for adaptive clipping; "
+            "raise client-clipped-count-stddev (Andrew et al. suggest the expected number of sampled clients / 20) "
+            "or lower client-noise-multiplier"
+        )
+    return float((noise_multiplier ** -2 - (2 * count_stddev) ** -2) ** -0.5)
+
+
+@dataclass
+class AdaptiveClipping:
+    """The clipping norm C of client-dp = "adaptive", moved each round towards the `target_quantile` of the
+    update norms (module docstring). State: C; the rest is configuration."""
+
+    clipping_norm: float
+    target_quantile: float
+    learning_rate: float
+    count_stddev: float
+
+    def __post_init__(self) -> None:
+        check_positive("client-clipping-norm", self.clipping_norm)
+        check_in_open_interval("client-clip-target-quantile", self.target_quantile, 0.0, 1.0)
+        check_positive("client-clip-learning-rate", self.learning_rate)
+        check_positive("client-clipped-count-stddev", self.count_stddev)
+
+    def update(self, unclipped_fraction: float) -> float:
+        """C <- C exp(-eta (b_bar - gamma)) for the noised fraction b_bar of updates left unclipped; returns
+        the new C. More updates unclipped than the target -> C shrinks; fewer -> C grows."""
+        self.clipping_norm *= math.exp(-self.learning_rate * (unclipped_fraction - self.target_quantile))
+        return self.clipping_norm
+
+    def state_dict(self) -> dict[str, float]:
+        return {"clipping_norm": self.clipping_norm, "count_stddev": self.count_stddev}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.clipping_norm = float(state["clipping_norm"])
+        self.count_stddev = float(state["count_stddev"])
 
 
 def add_gaussian_noise(arrays: list[np.ndarray], std: float) -> None:

@@ -70,9 +70,10 @@ def _client_level_part(config: RunConfig, row: dict[str, Any]) -> str:
     """The client-level eps of the aggregate (client-dp), labelled: it covers a whole client's data."""
     if config.client_dp == "none":
         return ""
+    clipping = f", C={row['client_level_clipping_norm']:.4g}" if config.client_dp == "adaptive" else ""
     return (
         f"  client-level eps {row['client_level_epsilon']:.4f} (delta={row['client_level_delta']:g}, "
-        f"q<={row['client_level_sample_rate']:.4g}, {row['client_level_rounds']:g} rounds, per client)"
+        f"q<={row['client_level_sample_rate']:.4g}, {row['client_level_rounds']:g} rounds, per client{clipping})"
     )
 
 

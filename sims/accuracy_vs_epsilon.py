@@ -16,8 +16,11 @@ cell whose eps lies at or below some client's Theorem 10 floor is reported as 'u
 with X the largest client floor, instead of being run.
 
 Every eps printed is at delta = 1e-5. Outputs: runs.csv (one row per run, written as runs finish, so
-that --resume can finish an interrupted sweep), table.csv and table.md (mean and standard deviation
-over seeds), accuracy_vs_epsilon.png, sweep.json (the resolved configuration).
+that --resume can finish an interrupted sweep), curves.csv (every run's test accuracy, loss and mean
+true-class confidence after each round), table.csv and table.md (mean and standard deviation over
+seeds; a cell with fewer seeds than asked says how many), accuracy_vs_epsilon.png, sweep.json (the
+resolved configuration). Cells at eps 1 and 4 run first, so that an interrupted sweep already holds
+the headline comparison; --table-only rebuilds the table and plot from the runs finished so far.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 MECHANISMS = ("none", "dirichlet", "dpsgd")
 SPLITS = ("iid", "noniid", "central")
 VALIDATION_FRACTION = 0.2
+PRIORITY_EPSILONS = (1.0, 4.0)
+CURVE_COLUMNS = ["split", "mechanism", "epsilon", "seed", "round", "accuracy", "loss", "confidence"]
 RUN_COLUMNS = ["split", "mechanism", "epsilon", "delta", "seed", "status", "accuracy", "max_client_epsilon",
                "floor", "learning_rate", "noise", "failed_clients", "seconds", "cpu_seconds"]
 
@@ -54,9 +59,9 @@ class Sweep:
     data_root: str = "data/mnist-t10k"
     num_clients: int = 10
     beta: float = 0.3
-    model: str = "cnn"
-    rounds: int = 4
-    local_epochs: float = 0.5
+    model: str = "lenet"
+    rounds: int = 20
+    local_epochs: float = 1.0
     batch_size: int = 32
     learning_rate: float = 0.1
     dirichlet_learning_rate: float = 0.1
@@ -131,11 +136,18 @@ def run_cell(sweep: Sweep, cell: Cell) -> dict[str, object]:
             return {**row, "status": "unreachable", "accuracy": "", "max_client_epsilon": "", "learning_rate": "",
                     "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
     result = run_fedavg(config, clients)
-    return {**row, "status": "ok", "accuracy": result.final_accuracy,
+    curve = [{"split": cell.split, "mechanism": cell.mechanism, "epsilon": cell.epsilon, "seed": cell.seed,
+              "round": r.round, "accuracy": r.central_accuracy, "loss": r.central_loss,
+              "confidence": r.central_confidence} for r in result.rounds]
+    return {**row, "status": "ok", "accuracy": result.final_accuracy, CURVE: curve,
             "max_client_epsilon": max(result.client_epsilons.values(), default=0.0),
             "learning_rate": rate, "failed_clients": len(result.failures),
             "noise": noise_range(result.client_parameters),
             "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
+
+
+CURVE = "curve"
+"""run_cell's key for the run's per-round rows (curves.csv), taken out before the row goes to runs.csv."""
 
 
 def noise_range(parameters: dict[int, dict[str, float]]) -> str:
@@ -148,15 +160,17 @@ def noise_range(parameters: dict[int, dict[str, float]]) -> str:
 
 
 def cells(sweep: Sweep) -> list[Cell]:
-    """Every cell, DP-SGD first (the slowest runs start first, which balances the pool)."""
+    """Every cell: the baselines and eps 1 and 4 first (PRIORITY_EPSILONS), then the other eps; within
+    each wave DP-SGD first (the slowest runs start first, which balances the pool)."""
     order = sorted(sweep.mechanisms, key=lambda m: ("dpsgd", "dirichlet", "none").index(m))
-    return [
+    every = [
         Cell(split, mechanism, epsilon, seed)
         for mechanism in order
         for split in sweep.splits
         for epsilon in ((math.inf,) if mechanism == "none" else sweep.epsilons)
         for seed in sweep.seeds
     ]
+    return sorted(every, key=lambda cell: not (math.isinf(cell.epsilon) or cell.epsilon in PRIORITY_EPSILONS))
 
 
 def _init_worker() -> None:
@@ -175,29 +189,40 @@ def read_runs(runs_csv: Path) -> list[dict[str, object]]:
         return [{**row, "epsilon": float(row["epsilon"]), "seed": int(row["seed"])} for row in csv.DictReader(handle)]
 
 
-def run_all(sweep: Sweep, workers: int, runs_csv: Path, done: list[dict[str, object]]) -> list[dict[str, object]]:
-    """Run every cell not in `done` on `workers` processes (1: in this process), writing runs_csv afresh
-    with `done` first and each new row as its run ends; return all rows."""
+def run_all(sweep: Sweep, workers: int, out_dir: Path, done: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Run every cell not in `done` on `workers` processes (1: in this process), writing runs.csv afresh
+    with `done` first and each new row as its run ends, and appending each run's rounds to curves.csv
+    (started afresh unless resuming); return all rows."""
     finished = {(row["split"], row["mechanism"], row["epsilon"], row["seed"]) for row in done}
     todo = [(sweep, cell) for cell in cells(sweep) if astuple(cell) not in finished]
-    with open(runs_csv, "w", newline="") as handle:
+    curves_path = out_dir / "curves.csv"
+    resuming = bool(done) and curves_path.is_file()
+    with open(out_dir / "runs.csv", "w", newline="") as handle, open(curves_path, "a" if resuming else "w",
+                                                                     newline="") as curves_handle:
         writer = csv.DictWriter(handle, RUN_COLUMNS)
         writer.writeheader()
         writer.writerows(done)
         handle.flush()
+        curves = csv.DictWriter(curves_handle, CURVE_COLUMNS)
+        if not resuming:
+            curves.writeheader()
+        sinks = (writer, handle, curves, curves_handle)
         if workers == 1:
-            return done + _collect(map(_run_packed, todo), writer, handle, len(todo))
+            return done + _collect(map(_run_packed, todo), sinks, len(todo))
         context = multiprocessing.get_context("spawn")
         with context.Pool(workers, initializer=_init_worker) as pool:
-            return done + _collect(pool.imap_unordered(_run_packed, todo), writer, handle, len(todo))
+            return done + _collect(pool.imap_unordered(_run_packed, todo), sinks, len(todo))
 
 
-def _collect(results, writer: csv.DictWriter, handle, total: int) -> list[dict[str, object]]:
-    """Write each row as its run ends and print progress: runs done of the total, and the time left
-    estimated from the mean wall time per finished run so far."""
+def _collect(results, sinks: tuple, total: int) -> list[dict[str, object]]:
+    """Write each row (and its curve) as its run ends and print progress: runs done of the total, and the
+    time left estimated from the mean wall time per finished run so far."""
+    writer, handle, curves, curves_handle = sinks
     rows = []
     start = time.perf_counter()
     for row in results:
+        curves.writerows(row.pop(CURVE, []))
+        curves_handle.flush()
         rows.append(row)
         writer.writerow(row)
         handle.flush()
@@ -221,7 +246,7 @@ def summarise(rows: list[dict[str, object]]) -> list[dict[str, object]]:
         if any(m["status"] == "unreachable" for m in members):
             entry.update(status="unreachable", floor=max(float(m["floor"]) for m in members))
         else:
-            accuracies = [float(m["accuracy"]) for m in members]
+            accuracies = [float(m["accuracy"]) for m in members if m["status"] == "ok"]
             entry.update(status="ok", seeds=len(accuracies), mean=statistics.mean(accuracies),
                          std=statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0)
         table.append(entry)
@@ -233,12 +258,14 @@ def _order(key: tuple) -> tuple:
     return SPLITS.index(split), MECHANISMS.index(mechanism), epsilon
 
 
-def _cell_text(entry: dict[str, object] | None) -> str:
+def _cell_text(entry: dict[str, object] | None, seeds: int) -> str:
+    """'mean ± std' in %, '(n of N seeds)' when some seeds are missing, '-' when none ran."""
     if entry is None:
         return "-"
     if entry["status"] == "unreachable":
         return f"unreachable (floor {entry['floor']:.3f})"
-    return f"{100 * entry['mean']:.2f} ± {100 * entry['std']:.2f}"
+    partial = f" ({entry['seeds']} of {seeds} seeds)" if entry["seeds"] < seeds else ""
+    return f"{100 * entry['mean']:.2f} ± {100 * entry['std']:.2f}{partial}"
 
 
 def markdown_table(table: list[dict[str, object]], sweep: Sweep) -> str:
@@ -249,7 +276,7 @@ def markdown_table(table: list[dict[str, object]], sweep: Sweep) -> str:
              "|---|---|" + "---|" * len(splits)]
     keys = sorted({(e["mechanism"], e["epsilon"]) for e in table}, key=lambda k: (MECHANISMS.index(k[0]), k[1]))
     for mechanism, epsilon in keys:
-        cells_text = [_cell_text(index.get((split, mechanism, epsilon))) for split in splits]
+        cells_text = [_cell_text(index.get((split, mechanism, epsilon)), len(sweep.seeds)) for split in splits]
         lines.append(f"| {mechanism} | {'inf' if math.isinf(epsilon) else f'{epsilon:g}'} | " + " | ".join(cells_text)
                      + " |")
     return "\n".join(lines) + "\n"
@@ -312,7 +339,8 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
     if not epsilons or min(epsilons) <= 0 or args.seeds < 1 or args.workers < 1 or args.num_clients < 2:
         raise ValueError("need eps values > 0, --seeds >= 1, --workers >= 1 and --num-clients >= 2")
     sweep = Sweep(
-        dataset=args.dataset, data_root=args.data_root, num_clients=args.num_clients, rounds=args.rounds,
+        dataset=args.dataset, data_root=args.data_root, num_clients=args.num_clients, model=args.model,
+        rounds=args.rounds,
         local_epochs=args.local_epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
         dirichlet_learning_rate=args.dirichlet_learning_rate, dpsgd_learning_rate=args.dpsgd_learning_rate,
         seeds=tuple(range(args.seeds)), epsilons=epsilons, splits=_subset(args.splits, SPLITS, "--splits"),
@@ -325,7 +353,7 @@ def quick(sweep: Sweep) -> Sweep:
     """The app's default digits job (its rounds, local epochs, batch size and Dirichlet rate) at eps 1
     and 4, one seed: every split and mechanism in a few minutes, to check the pipeline."""
     app = RunConfig()
-    return replace(sweep, dataset=app.dataset, data_root="", rounds=app.num_server_rounds,
+    return replace(sweep, dataset=app.dataset, data_root="", model=app.model, rounds=app.num_server_rounds,
                    local_epochs=app.local_epochs, batch_size=app.batch_size, learning_rate=app.learning_rate,
                    dirichlet_learning_rate=app.learning_rate, seeds=(0,), epsilons=(1.0, 4.0))
 
@@ -343,10 +371,10 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     """Run the sweep; write runs.csv, table.csv, table.md, the plot and sweep.json; return the summary."""
     sweep = sweep_from_args(args)
     described = json.dumps({**asdict(sweep), "delta": PAPER_DELTA}, indent=2) + "\n"
-    done = _resumable(out_dir, described) if args.resume else []
+    done = _resumable(out_dir, described) if args.resume or args.table_only else []
     (out_dir / "sweep.json").write_text(described)
     start = time.perf_counter()
-    rows = run_all(sweep, args.workers, out_dir / "runs.csv", done)
+    rows = done if args.table_only else run_all(sweep, args.workers, out_dir, done)
     table = summarise(rows)
     with open(out_dir / "table.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, ["split", "mechanism", "epsilon", "delta", "status", "seeds", "mean", "std",
@@ -358,7 +386,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     return {"seconds": time.perf_counter() - start, "cpu_seconds": sum(float(r["cpu_seconds"]) for r in rows),
             "runs": len(rows), "resumed_runs": len(done), "table": table,
             "files": {name: str(out_dir / name) for name in
-                      ("runs.csv", "table.csv", "table.md", "accuracy_vs_epsilon.png", "sweep.json")},
+                      ("runs.csv", "curves.csv", "table.csv", "table.md", "accuracy_vs_epsilon.png", "sweep.json")},
             "config": {**asdict(sweep), "delta": PAPER_DELTA, "workers": args.workers}}
 
 

@@ -47,11 +47,16 @@ from strategies.secure import SecureFedAvg
 FIRST_NODE_ID = 100
 
 
+PLAIN_STAGE = "plain"
+"""InProcessGrid's stage name for a message outside SecAgg+ (a plain train message)."""
+
+
 class InProcessGrid(Grid):
     """A Grid that hands each message (a copy, as if it crossed the wire) to a ClientApp in this process.
 
     Node FIRST_NODE_ID + p holds partition p. A node listed in `drop[stage]` stops replying from that
-    SecAgg+ stage on, as a crashed client would. Every reply is kept in `replies` as (stage, reply).
+    SecAgg+ stage on, as a crashed client would (a message outside SecAgg+ has the stage PLAIN_STAGE).
+    Every reply is kept in `replies` as (stage, reply).
     Flower's SecAgg+ workflow only calls send_and_receive; the Grid's lower-level methods (create,
     push, pull) are refused with NotImplementedError rather than imitated."""
 
@@ -72,7 +77,8 @@ class InProcessGrid(Grid):
         replies = []
         for message in messages:
             node = message.metadata.dst_node_id
-            stage = str(message.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE])
+            secagg = message.content.config_records.get(RECORD_KEY_CONFIGS)
+            stage = str(secagg[Key.STAGE]) if secagg is not None else PLAIN_STAGE
             if node in self.drop.get(stage, set()):
                 self.dead.add(node)
             if node in self.dead:

@@ -9,7 +9,12 @@ sample size. Noise multiplier 0 means client-dp off: the plain example-weighted 
 The same seed fixes split, initial model, sampling and every client's randomness in every cell, so
 cells differ by the client-level noise only.
 
-Also reported per cell: the median L2 norm of the clients' updates before clipping (choose C near it).
+With --clipping adaptive, C follows the target quantile of the update norms (client-dp = "adaptive":
+Andrew et al. 2021, privacy/client_level.py): the noised count of unclipped updates moves C each round,
+and the updates get the larger noise z_delta so that the round's total noise multiplier stays z.
+
+Also reported per cell: the median L2 norm of the clients' updates before clipping (choose C near it)
+and, with adaptive clipping, C in the last round.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ from flwr.supercore.differential_privacy import get_norm
 from torch import Tensor
 
 from dirichlet_fl.config import RunConfig
-from privacy.client_level import ClientLevelAccountant, ClientLevelRound
+from privacy.client_level import AdaptiveClipping, ClientLevelAccountant, ClientLevelRound, update_noise_multiplier
 from sims.fedavg_loop import FedAvgLoop, LoopRound
-from strategies.secure import noised_mean_update
+from strategies.secure import COUNT_STDDEV_DIVISOR, noised_mean_update, noised_unclipped_count
 
 
 class ClientDPLoop(FedAvgLoop):
@@ -38,15 +43,28 @@ class ClientDPLoop(FedAvgLoop):
         self.accountant = ClientLevelAccountant(config.delta)
         self.update_norms: list[float] = []
         self.eligible = num_clients
+        self.adaptive: AdaptiveClipping | None = None
+        self.clipping_norms: list[float] = []
 
     def aggregate(self, updates: list[RecordDict], sampled: int) -> dict[str, Tensor]:
         state = self.model.state_dict()
         current = [tensor.cpu().numpy() for tensor in state.values()]
         weights = [update.array_records["arrays"].to_numpy_ndarrays() for update in updates]
-        self.update_norms += [get_norm([new - old for new, old in zip(w, current)]) for w in weights]
-        self.accountant.compose(ClientLevelRound(self.eligible, sampled, self.config.client_noise_multiplier))
-        mean = noised_mean_update(current, weights, self.config.client_clipping_norm,
-                                  self.config.client_noise_multiplier)
+        norms = [get_norm([new - old for new, old in zip(w, current)]) for w in weights]
+        self.update_norms += norms
+        z = self.config.client_noise_multiplier
+        self.accountant.compose(ClientLevelRound(self.eligible, sampled, z))
+        if self.config.client_dp == "adaptive" and self.adaptive is None:
+            stddev = self.config.client_clipped_count_stddev or sampled / COUNT_STDDEV_DIVISOR
+            self.adaptive = AdaptiveClipping(self.config.client_clipping_norm, self.config.client_clip_target_quantile,
+                                             self.config.client_clip_learning_rate, stddev)
+        clipping_norm = self.config.client_clipping_norm if self.adaptive is None else self.adaptive.clipping_norm
+        self.clipping_norms.append(clipping_norm)
+        if self.adaptive is not None:
+            z = update_noise_multiplier(z, self.adaptive.count_stddev)
+            clipped = [int(norm > clipping_norm) for norm in norms]
+            self.adaptive.update(noised_unclipped_count(clipped, self.adaptive.count_stddev) / len(norms))
+        mean = noised_mean_update(current, weights, clipping_norm, z)
         return {name: tensor + torch.as_tensor(delta, dtype=tensor.dtype, device=tensor.device)
                 for (name, tensor), delta in zip(state.items(), mean)}
 
@@ -72,6 +90,7 @@ def run_cell(config: RunConfig, clients: int) -> dict[str, Any]:
         cell["client_level_epsilon"] = loop.accountant.epsilon()
         cell["client_level_sample_rate"] = loop.accountant.max_sample_rate
         cell["median_update_norm"] = statistics.median(loop.update_norms)
+        cell["last_clipping_norm"] = loop.clipping_norms[-1]
     return cell
 
 
@@ -81,18 +100,20 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     for z in multipliers:
         overrides = {"dataset": args.dataset, "data-root": args.data_root, "num-server-rounds": args.rounds,
                      "fraction-train": args.fraction_train, "fraction-evaluate": 0.0, "seed": args.seed,
-                     "client-dp": "central" if z > 0 else "none", "client-clipping-norm": args.clipping_norm,
+                     "client-dp": args.clipping_mode if z > 0 else "none", "client-clipping-norm": args.clipping_norm,
                      "client-noise-multiplier": z, "mechanism": args.mechanism, "partitioner": "iid",
-                     "local-steps": args.local_steps}
+                     "local-steps": args.local_steps, "local-epochs": args.local_epochs, "model": args.model,
+                     "learning-rate": args.learning_rate, "batch-size": args.batch_size,
+                     "target-epsilon": args.target_epsilon, "client-clip-target-quantile": args.target_quantile}
         config = RunConfig.from_run_config(overrides)
         cells.append(run_cell(config, args.clients))
     return {"cells": cells, "config": vars(args), "delta": RunConfig().delta}
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
-    lines = ["noise z  client-level eps (delta 1e-5)  accuracy  max per-example eps  median update norm"]
+    lines = ["noise z  client-level eps (delta 1e-5)  accuracy  max per-example eps  median update norm  last C"]
     for cell in report["cells"]:
         lines.append(f"{cell['noise_multiplier']:7g}  {cell.get('client_level_epsilon', float('inf')):30.3f}  "
                      f"{cell['final_accuracy']:8.4f}  {cell['max_example_epsilon']:19.4f}  "
-                     f"{cell.get('median_update_norm', float('nan')):.3f}")
+                     f"{cell.get('median_update_norm', float('nan')):18.3f}  {cell.get('last_clipping_norm', float('nan')):.4g}")
     return lines

@@ -28,17 +28,19 @@ from torch import Tensor, nn
 from client.round import Client, shard_of, train_round
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
-from dirichlet_fl.task import evaluate, federated_split, initial_model, resolve_device
+from dirichlet_fl.task import evaluate, federated_split, initial_model, resolve_device, true_class_confidence
 from strategies.private_fedavg import seeded_sample
 
 
 @dataclass(frozen=True)
 class LoopRound:
-    """One round: central and federated accuracy, who trained, refused or failed, the max eps, seconds."""
+    """One round: central accuracy, loss and mean true-class confidence (the s_y of Theorem 11 that the
+    global model reaches), federated accuracy, who trained, refused or failed, the max eps, seconds."""
 
     round: int
     central_accuracy: float
     central_loss: float
+    central_confidence: float
     federated_accuracy: float
     trained: int
     refused: int
@@ -142,8 +144,10 @@ class FedAvgLoop:
             self.config.fraction_evaluate)
         federated = _federated_accuracy(self.config, self.model, evaluated, self.num_clients)
         loss, accuracy = evaluate(self.model, self.test_x, self.test_y)
+        confidence = true_class_confidence(self.model, self.test_x, self.test_y)
         return LoopRound(
-            round=server_round, central_accuracy=accuracy, central_loss=loss, federated_accuracy=federated,
+            round=server_round, central_accuracy=accuracy, central_loss=loss, central_confidence=confidence,
+            federated_accuracy=federated,
             trained=len(updates), refused=refused, failed=failed, max_epsilon=self.max_epsilon(),
             seconds=time.perf_counter() - start,
         )

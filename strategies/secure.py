@@ -27,6 +27,17 @@ and the sum gets N(0, (z C)^2) noise, z = client-noise-multiplier:
 - with SecAgg+, by the clients: each of the m sampled clients adds its share N(0, (z C)^2 / m) before
   masking, so the server only ever unmasks a noised sum; when only k < m clients contribute, the
   noise is z sqrt(k / m) C, and that smaller multiplier is what the ledger composes.
+Adaptive clipping (client-dp = "adaptive", Andrew et al. 2021; the analysis is in
+privacy/client_level.py). C starts at client-clipping-norm and follows the target quantile of the
+update norms: each round the server sends the round's C, each sampled client reports whether its update
+was left unclipped, and the noised count moves C for the next round. The count's noise is
+sigma_b = client-clipped-count-stddev (0: the first round's number of sampled clients / 20, fixed for the
+run), and the updates get z_delta = (z^-2 - (2 sigma_b)^-2)^-1/2 so that the round's total noise
+multiplier stays z. Without SecAgg+ the bits arrive in the clear (Flower's `adaptiveclipping_mod`) and the
+server adds N(0, sigma_b^2) to their count; with SecAgg+ each client adds its share N(0, sigma_b^2 / m)
+to its bit inside the masked vector. Flower's DifferentialPrivacy*AdaptiveClipping wrappers count the
+clipped updates but move C as if they were the unclipped ones (C runs away from the quantile); besides,
+like the fixed-clipping ones, they do not fit:
 Flower's DifferentialPrivacy*FixedClipping wrappers do not fit: they skip aggregation whenever any
 client replies with an error (every budget refusal would void the round), average with the
 example-count weights, and add noise in the clear on the server. The ledger is
@@ -56,12 +67,31 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
-from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, clip_inputs_inplace, compute_stdv, get_norm
+from flwr.supercore.differential_privacy import (
+    KEY_CLIPPING_NORM,
+    KEY_NORM_BIT,
+    clip_inputs_inplace,
+    compute_stdv,
+    get_norm,
+)
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import ARRAY_KEYS, BUDGET_EXHAUSTED, NOISE_SHARE_STD, SETUP_FAILED, parse_error_reason
+from dirichlet_fl.protocol import (
+    ARRAY_KEYS,
+    BUDGET_EXHAUSTED,
+    CLIPPED_COUNT_NOISE_STD,
+    NOISE_SHARE_STD,
+    SETUP_FAILED,
+    parse_error_reason,
+)
 from dirichlet_fl.runs import RoundRecord
-from privacy.client_level import ClientLevelAccountant, ClientLevelRound, add_gaussian_noise
+from privacy.client_level import (
+    AdaptiveClipping,
+    ClientLevelAccountant,
+    ClientLevelRound,
+    add_gaussian_noise,
+    update_noise_multiplier,
+)
 from strategies.private_fedavg import PrivateFedAvg
 
 NDArrays = list[np.ndarray]
@@ -93,6 +123,18 @@ def secaggplus_workflow(config: RunConfig, timeout: float | None) -> SecAggPlusW
     )
 
 
+COUNT_STDDEV_DIVISOR = 20
+"""Adaptive clipping's default count noise: sigma_b = m / 20 for m sampled clients (Andrew et al. 2021)."""
+
+
+def noised_unclipped_count(clipped_bits: list[Any], count_stddev: float) -> float:
+    """The number of updates left unclipped (from `adaptiveclipping_mod`'s bits, 1 = clipped) plus
+    N(0, sigma_b^2) from OS entropy."""
+    count = np.array([float(sum(1 - int(bit) for bit in clipped_bits))])
+    add_gaussian_noise([count], count_stddev)
+    return float(count[0])
+
+
 def noised_mean_update(current: NDArrays, weights: list[NDArrays], clipping_norm: float,
                        noise_multiplier: float) -> NDArrays:
     """DP-FedAvg's server step: the uniform mean of the clients' updates (their `weights` minus `current`),
@@ -117,18 +159,40 @@ class SecureFedAvg(PrivateFedAvg):
                          keep_updates=keep_updates)
         self.config = config
         self.client_level = ClientLevelAccountant(config.delta) if config.client_dp != "none" else None
+        self.adaptive: AdaptiveClipping | None = None
         self.eligible = 0
 
     def state_dict(self) -> dict[str, Any]:
         """PrivateFedAvg's checkpoint plus the client-level ledger's rounds: a resumed run keeps composing."""
         rounds = [] if self.client_level is None else [list(astuple(r)) for r in self.client_level.rounds]
-        return {**super().state_dict(), "client_level_rounds": rounds}
+        adaptive = None if self.adaptive is None else self.adaptive.state_dict()
+        return {**super().state_dict(), "client_level_rounds": rounds, "adaptive_clipping": adaptive}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         if self.client_level is not None:
             for population, sample_size, multiplier in state.get("client_level_rounds", []):
                 self.client_level.compose(ClientLevelRound(int(population), int(sample_size), float(multiplier)))
+        if state.get("adaptive_clipping"):
+            self.adaptive = self._adaptive_clipping(float(state["adaptive_clipping"]["count_stddev"]))
+            self.adaptive.load_state_dict(state["adaptive_clipping"])
+
+    def _adaptive_clipping(self, count_stddev: float) -> AdaptiveClipping:
+        """The run's adaptive clipping, with the count's noise sigma_b (checked against z here)."""
+        update_noise_multiplier(self.config.client_noise_multiplier, count_stddev)
+        return AdaptiveClipping(self.config.client_clipping_norm, self.config.client_clip_target_quantile,
+                                self.config.client_clip_learning_rate, count_stddev)
+
+    @property
+    def clipping_norm(self) -> float:
+        """This round's C: client-clipping-norm, or where adaptive clipping has moved it."""
+        return self.config.client_clipping_norm if self.adaptive is None else self.adaptive.clipping_norm
+
+    @property
+    def update_noise_multiplier(self) -> float:
+        """The noise multiplier of the update sum: z, or z_delta under adaptive clipping."""
+        z = self.config.client_noise_multiplier
+        return z if self.adaptive is None else update_noise_multiplier(z, self.adaptive.count_stddev)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -136,8 +200,13 @@ class SecureFedAvg(PrivateFedAvg):
         """PrivateFedAvg's seeded sample; under client-dp the clipping norm rides along (Flower's key)."""
         self.eligible = sum(partition not in self.unavailable for partition in self.partition_of.values())
         if self.client_level is not None:
-            config[KEY_CLIPPING_NORM] = self.config.client_clipping_norm
+            config[KEY_CLIPPING_NORM] = self.clipping_norm
+        if self.config.client_dp == "adaptive":
+            config[CLIPPED_COUNT_NOISE_STD] = 0.0  # the server noises the count (overridden under SecAgg+)
         messages = list(super().configure_train(server_round, arrays, config, grid))
+        if self.config.client_dp == "adaptive" and self.adaptive is None and messages:
+            stddev = self.config.client_clipped_count_stddev or len(messages) / COUNT_STDDEV_DIVISOR
+            self.adaptive = self._adaptive_clipping(stddev)
         if self.config.secure_aggregation == "none" or len(messages) != 1:
             return messages
         reason = (f"secure-aggregation={self.config.secure_aggregation!r} needs at least 2 clients per round, but "
@@ -177,8 +246,12 @@ class SecureFedAvg(PrivateFedAvg):
         updates = [reply.content.array_records["arrays"].to_numpy_ndarrays() for reply in replies if not reply.has_error()]
         if not updates:
             return None
-        return noised_mean_update(arrays.to_numpy_ndarrays(), updates, self.config.client_clipping_norm,
-                                  self.config.client_noise_multiplier)
+        mean = noised_mean_update(arrays.to_numpy_ndarrays(), updates, self.clipping_norm,
+                                  self.update_noise_multiplier)
+        if self.adaptive is not None:
+            bits = [reply.content.metric_records["metrics"][KEY_NORM_BIT] for reply in replies if not reply.has_error()]
+            self._adapt(noised_unclipped_count(bits, self.adaptive.count_stddev) / len(updates))
+        return mean
 
     def _secaggplus_round(
         self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float
@@ -188,8 +261,9 @@ class SecureFedAvg(PrivateFedAvg):
         fit_config = dict(messages[0].content.config_records["config"])
         fit_config[ARRAY_KEYS] = ",".join(arrays.keys())
         if self.client_level is not None:
-            noise = self.config.client_noise_multiplier * self.config.client_clipping_norm
-            fit_config[NOISE_SHARE_STD] = noise / math.sqrt(len(nodes))
+            fit_config[NOISE_SHARE_STD] = self.update_noise_multiplier * self.clipping_norm / math.sqrt(len(nodes))
+        if self.adaptive is not None:
+            fit_config[CLIPPED_COUNT_NOISE_STD] = self.adaptive.count_stddev / math.sqrt(len(nodes))
         parameters = ndarrays_to_parameters(arrays.to_numpy_ndarrays())
         recording = _RecordingGrid(grid)
         run_id = grid.run.run_id
@@ -212,7 +286,18 @@ class SecureFedAvg(PrivateFedAvg):
                 "is unchanged, every client's spent eps stays in its ledger", server_round, len(record.trained),
                 len(nodes))
             return None
-        return parameters_to_ndarrays(sampled.aggregate)
+        mean = parameters_to_ndarrays(sampled.aggregate)
+        if self.adaptive is not None:
+            self._adapt(float(mean.pop()[0]))  # the mean of the clients' noised bits (client/secure.py)
+        return mean
+
+    def _adapt(self, unclipped_fraction: float) -> None:
+        """Note the round's C and the noised unclipped fraction, then move C for the next round."""
+        assert self.adaptive is not None and self.current is not None
+        record = self.current
+        record.client_level["clipping_norm"] = self.adaptive.clipping_norm
+        record.client_level["unclipped_fraction"] = unclipped_fraction
+        self.adaptive.update(unclipped_fraction)
 
     def _secaggplus_record(self, server_round: int, nodes: list[int], recording: _RecordingGrid) -> RoundRecord:
         """Each sampled client's outcome, from the replies of every SecAgg+ stage (module docstring)."""
@@ -258,6 +343,8 @@ class SecureFedAvg(PrivateFedAvg):
             multiplier *= math.sqrt(contributed / sampled)
         self.client_level.compose(ClientLevelRound(self.eligible, sampled, multiplier))
         record.client_level = {
+            "clipping_norm": self.clipping_norm,
+            **record.client_level,
             "epsilon": self.client_level.epsilon(),
             "delta": self.client_level.delta,
             "sample_rate": self.client_level.max_sample_rate,

@@ -28,3 +28,16 @@ def test_client_dp_sweep_reports_the_client_level_eps(tmp_path: Path, capsys: py
     assert 0 < noised["client_level_epsilon"] < 1 and noised["client_level_sample_rate"] == 1.0
     assert noised["median_update_norm"] > 0 and not math.isnan(noised["final_accuracy"])
     assert off["max_example_epsilon"] == noised["max_example_epsilon"]  # same per-example ledgers
+
+
+def test_client_dp_sweep_with_adaptive_clipping_moves_c_towards_the_norms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """C starts 1000x above every update norm: the clients' bits say 'unclipped', and each of the 3 rounds
+    shrinks C by about exp(-0.2 * 0.5) (count noise sigma_b = 20 / 20 = 1 on the count of 20)."""
+    argv = ["client-dp", "--dataset", "digits", "--clients", "20", "--rounds", "3", "--noise-multipliers", "1",
+            "--clipping", "adaptive", "--clipping-norm", "1000", "--local-steps", "1", "--out", str(tmp_path)]
+    (cell,) = run_bench(argv, capsys)["cells"]
+    assert cell["median_update_norm"] < 10
+    assert 1000 * math.exp(-0.1 * 2) * 0.8 < cell["last_clipping_norm"] < 1000 * math.exp(-0.1 * 2) * 1.2
+    assert 0 < cell["client_level_epsilon"] < math.inf

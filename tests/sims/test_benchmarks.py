@@ -5,6 +5,7 @@ Flower's accuracy) are."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import statistics
@@ -14,6 +15,7 @@ import pytest
 
 from cli import bench
 from cli.main import OneLineErrorParser
+from sims import accuracy_vs_epsilon
 from strategies.private_fedavg import PrivateFedAvg, seeded_sample
 
 
@@ -96,6 +98,10 @@ def test_accuracy_sweep_writes_table_plot_and_unreachable_cells(
     assert len(runs) == 1 + 6
     spent = [float(line.split(",")[7]) for line in runs[1:] if ",dirichlet,4.0," in line]
     assert spent and all(0 < eps <= 4.0 for eps in spent)
+    with open(tmp_path / "curves.csv", newline="") as handle:
+        curves = list(csv.DictReader(handle))
+    assert len(curves) == 4  # the 4 runs that trained, 1 round each; the unreachable cells have none
+    assert all(0.0 <= float(row["confidence"]) <= 1.0 and row["round"] == "1" for row in curves)
 
 
 def test_accuracy_sweep_resumes_without_rerunning_finished_runs(
@@ -110,11 +116,22 @@ def test_accuracy_sweep_resumes_without_rerunning_finished_runs(
     assert first["resumed_runs"] == 0 and again["resumed_runs"] == again["runs"] == 2
     assert (tmp_path / "runs.csv").read_text() == runs and again["table"] == first["table"]
 
+    (tmp_path / "runs.csv").write_text("".join(runs.splitlines(keepends=True)[:-1]))  # as if stopped after 1 run
+    partial = run_bench([*argv, "--table-only"], capsys)
+    assert partial["runs"] == 1 and "(1 of 2 seeds)" in (tmp_path / "table.md").read_text()
+
     parser = OneLineErrorParser(prog="dirichlet-fl")
     bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
     args = parser.parse_args(["bench", *argv[:-2], "--rounds", "2", "--out", str(tmp_path), "--resume"])
     assert args.func(args) == 2
     assert "describes another sweep" in capsys.readouterr().err
+
+
+def test_accuracy_sweep_runs_the_baselines_and_eps_1_and_4_first() -> None:
+    sweep = accuracy_vs_epsilon.Sweep(epsilons=(0.5, 1.0, 2.0, 4.0, 8.0), seeds=(0,))
+    order = [cell.epsilon for cell in accuracy_vs_epsilon.cells(sweep)]
+    first_wave = len(sweep.splits) * (1 + 2 * 2)  # none, and Dirichlet and DP-SGD at eps 1 and 4, per split
+    assert set(order[:first_wave]) == {math.inf, 1.0, 4.0} and set(order[first_wave:]) == {0.5, 2.0, 8.0}
 
 
 def test_gpu_benchmark_smoke_runs_on_cpu_with_synthetic_data(

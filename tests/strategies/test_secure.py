@@ -165,3 +165,50 @@ def test_the_client_level_ledger_survives_a_checkpoint() -> None:
     assert resumed.client_level is not None and strategy.client_level is not None
     assert resumed.client_level.rounds == strategy.client_level.rounds == [ClientLevelRound(3, 3, 3.0)]
     assert resumed.client_level.epsilon() == strategy.client_level.epsilon() > 0
+
+
+UPDATE_NORMS = {p: float(np.sqrt(sum(np.sum(u.astype(np.float64) ** 2) for u in updates_for(p).values()))) for p in range(4)}
+
+
+@pytest.mark.parametrize("secure_aggregation", ["secaggplus", "none"])
+@pytest.mark.parametrize(("clipping_norm", "unclipped"), [(0.01, 0.0), (100.0, 1.0)])
+def test_adaptive_clipping_moves_c_from_the_clients_bits(secure_aggregation: str, clipping_norm: float,
+                                                         unclipped: float) -> None:
+    """Every update clipped -> C grows by exp(0.2 * 0.5); none clipped -> it shrinks by as much. Under SecAgg+
+    the bits travel inside the masked sum (the aggregate keeps only the model's arrays); in the clear
+    Flower's adaptiveclipping_mod reports them. Count noise ~0 here so the fraction is exact."""
+    grid = InProcessGrid(fake_client_app(), 4)
+    strategy, old, new = secure_round(grid, secure_aggregation=secure_aggregation, client_dp="adaptive",
+                                      client_clipping_norm=clipping_norm, client_noise_multiplier=0.0,
+                                      client_clipped_count_stddev=1e-9)
+    assert new is not None and list(new.keys()) == list(SHAPES)
+    mean = np.concatenate([(new[k].numpy().astype(np.float64) - old[k].numpy()).ravel() for k in SHAPES])
+    assert np.linalg.norm(mean) <= clipping_norm * (1 + 1e-4)
+    record = strategy.current
+    assert record is not None and record.client_level["clipping_norm"] == clipping_norm
+    assert record.client_level["unclipped_fraction"] == pytest.approx(unclipped, abs=1e-4)
+    assert strategy.adaptive is not None
+    assert strategy.adaptive.clipping_norm == pytest.approx(clipping_norm * math.exp(-0.2 * (unclipped - 0.5)), rel=1e-4)
+    assert min(UPDATE_NORMS.values()) > 0.01 and max(UPDATE_NORMS.values()) < 100.0
+
+
+def test_adaptive_clipping_noises_the_update_at_z_delta_and_accounts_z() -> None:
+    grid = InProcessGrid(fake_client_app(), 4)
+    strategy, _, _ = secure_round(grid, client_dp="adaptive", client_noise_multiplier=0.3)
+    assert strategy.adaptive is not None and strategy.adaptive.count_stddev == 4 / 20  # the default: m / 20
+    assert strategy.update_noise_multiplier == pytest.approx((0.3 ** -2 - 0.4 ** -2) ** -0.5)
+    assert strategy.client_level is not None and strategy.client_level.rounds == [ClientLevelRound(4, 4, 0.3)]
+    resumed = SecureFedAvg(strategy.config, seed=0, fraction_train=1.0, fraction_evaluate=0.0)
+    resumed.load_state_dict(strategy.state_dict())
+    assert resumed.adaptive == strategy.adaptive
+
+
+def test_adaptive_clipping_refuses_too_little_count_noise_before_any_client_trains() -> None:
+    strategy = SecureFedAvg(RunConfig(client_dp="adaptive", client_noise_multiplier=1.0), seed=0, fraction_train=1.0,
+                            fraction_evaluate=0.0)
+    strategy.partition_of = {100 + p: p for p in range(4)}
+    arrays = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
+    with pytest.raises(ValueError, match=r"needs client-clipped-count-stddev > 0.5 \(got 0.2\)"):
+        strategy.configure_train(1, arrays, ConfigRecord(), grid=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"client-clipped-count-stddev > 0.5 \(got 0.25\)"):
+        RunConfig(client_dp="adaptive", client_clipped_count_stddev=0.25).validate()
