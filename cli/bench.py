@@ -111,6 +111,8 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
                         help="plain SGD rate of mechanism none")
     parser.add_argument("--dirichlet-learning-rate", type=float, default=defaults.dirichlet_learning_rate,
                         help="the Dirichlet clients' effective rate: each runs SGD at this / kappa_i at its own r*")
+    parser.add_argument("--learning-rate-mode", default=defaults.learning_rate_mode, choices=["effective", "adaptive"],
+                        help="the Dirichlet clients' rate rule (the app's learning-rate-mode; default effective)")
     parser.add_argument("--validation", action="store_true",
                         help="evaluate on 20%% of the training data instead of the test set (to tune rates)")
     parser.add_argument("--dpsgd-learning-rate", type=float, default=defaults.dpsgd_learning_rate)

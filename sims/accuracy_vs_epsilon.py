@@ -38,15 +38,15 @@ from pathlib import Path
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.task import federated_split, mechanism_spec
-from privacy.analysis import PAPER_DELTA, epsilon_floor
-from sims.fedavg_loop import run_fedavg
+from privacy.analysis import PAPER_DELTA, attenuation, epsilon_floor
+from sims.fedavg_loop import LoopResult, run_fedavg
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 MECHANISMS = ("none", "dirichlet", "dpsgd")
 SPLITS = ("iid", "noniid", "central")
 VALIDATION_FRACTION = 0.2
 PRIORITY_EPSILONS = (1.0, 4.0)
-CURVE_COLUMNS = ["split", "mechanism", "epsilon", "seed", "round", "accuracy", "loss", "confidence"]
+CURVE_COLUMNS = ["split", "mechanism", "epsilon", "seed", "round", "accuracy", "loss", "confidence", "step_ratio"]
 RUN_COLUMNS = ["split", "mechanism", "epsilon", "delta", "seed", "status", "accuracy", "max_client_epsilon",
                "floor", "learning_rate", "noise", "failed_clients", "seconds", "cpu_seconds"]
 
@@ -74,6 +74,8 @@ class Sweep:
     mechanisms: tuple[str, ...] = MECHANISMS
     validation: bool = False
     """Evaluate on a 20 % validation split of the training data instead of the test set (for tuning)."""
+    learning_rate_mode: str = "effective"
+    """The Dirichlet clients' rate rule (the app's learning-rate-mode): effective or adaptive."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def run_config(sweep: Sweep, cell: Cell, learning_rate: float) -> RunConfig:
         mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
         delta=PAPER_DELTA, alpha=sweep.alpha, max_grad_norm=sweep.max_grad_norm, batch_size=sweep.batch_size,
         local_epochs=sweep.local_epochs, optimizer="sgd", learning_rate=learning_rate, device="cpu",
-        fraction_evaluate=0.0, results_dir="", learning_rate_mode="effective",
+        fraction_evaluate=0.0, results_dir="", learning_rate_mode=sweep.learning_rate_mode,
         validation_fraction=VALIDATION_FRACTION if sweep.validation else 0.0,
     )
     config.validate()
@@ -138,12 +140,25 @@ def run_cell(sweep: Sweep, cell: Cell) -> dict[str, object]:
     result = run_fedavg(config, clients)
     curve = [{"split": cell.split, "mechanism": cell.mechanism, "epsilon": cell.epsilon, "seed": cell.seed,
               "round": r.round, "accuracy": r.central_accuracy, "loss": r.central_loss,
-              "confidence": r.central_confidence} for r in result.rounds]
+              "confidence": r.central_confidence, "step_ratio": step_ratio(config, result, r.central_confidence)}
+             for r in result.rounds]
     return {**row, "status": "ok", "accuracy": result.final_accuracy, CURVE: curve,
             "max_client_epsilon": max(result.client_epsilons.values(), default=0.0),
             "learning_rate": rate, "failed_clients": len(result.failures),
             "noise": noise_range(result.client_parameters),
             "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
+
+
+def step_ratio(config: RunConfig, result: LoopResult, confidence: float) -> float | str:
+    """For a Dirichlet run: kappa(s_y) / kappa(reference s_y) at the clients' median r, with s_y the global
+    model's mean true-class confidence after the round. The expected private step is this fraction of the
+    plain cross-entropy step that the effective rate aims at (Theorem 11, equation (3)): below 1 while
+    the model is less confident than the reference. Blank for the other mechanisms."""
+    rs = [parameters["r"] for parameters in result.client_parameters.values() if "r" in parameters]
+    if not rs:
+        return ""
+    r = statistics.median(rs)
+    return attenuation(confidence, r, config.alpha) / attenuation(config.reference_confidence, r, config.alpha)
 
 
 CURVE = "curve"
@@ -345,6 +360,7 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
         dirichlet_learning_rate=args.dirichlet_learning_rate, dpsgd_learning_rate=args.dpsgd_learning_rate,
         seeds=tuple(range(args.seeds)), epsilons=epsilons, splits=_subset(args.splits, SPLITS, "--splits"),
         mechanisms=_subset(args.mechanisms, MECHANISMS, "--mechanisms"), validation=args.validation,
+        learning_rate_mode=args.learning_rate_mode,
     )
     return quick(sweep) if args.quick else sweep
 

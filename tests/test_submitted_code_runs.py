@@ -10,6 +10,7 @@ refuse to join (dirichlet_fl.protocol.code_fingerprint) and the run stops with t
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -68,13 +69,14 @@ def stop(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def flwr_run(app: Path, flwr_home: Path, cwd: Path, results: Path) -> subprocess.CompletedProcess[str]:
-    """`flwr run APP` from `cwd` (where a SuperLink it starts will live), 2 simulated clients, one round."""
+def flwr_run(app: Path, flwr_home: Path, cwd: Path, results: Path, run_config: str = RUN_CONFIG,
+             federation: tuple[str, ...] = ("--federation-config", "num-supernodes=2")) -> subprocess.CompletedProcess[str]:
+    """`flwr run APP` from `cwd` (where a SuperLink it starts will live), by default 2 simulated clients,
+    one round."""
     env = {**os.environ, "FLWR_HOME": str(flwr_home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
            "FLWR_TELEMETRY_ENABLED": "0", "PATH": f"{FLWR.parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PYTHONPATH", None)
-    command = [str(FLWR), "run", str(app), "--stream", "--federation-config", "num-supernodes=2",
-               "--run-config", RUN_CONFIG.format(results=results)]
+    command = [str(FLWR), "run", str(app), "--stream", *federation, "--run-config", run_config.format(results=results)]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -109,3 +111,17 @@ def test_a_checkout_on_the_workers_path_never_trains_silently(tmp_path: Path, fl
     output = stale.stdout + stale.stderr
     refused = "refused to join" in output and "differs from the submitted app" in output
     assert refused != marker.exists(), output[-3000:]
+
+
+def test_plain_flwr_run_simulates_the_documented_ten_clients_and_learns_in_three_rounds(
+    tmp_path: Path, flwr_home: Path
+) -> None:
+    """What a Flower user types: `flwr run . --run-config "num-server-rounds=3"`, no federation options.
+    The app's pyproject ships the federation (10 SuperNodes), so the default job runs with 10 clients,
+    and its effective learning rate makes 3 rounds enough for 70 % on digits."""
+    app = plain_copy(tmp_path / "app")
+    done = flwr_run(app, flwr_home, app, tmp_path / "results", federation=(),
+                    run_config="num-server-rounds=3 results-dir='{results}' run-name='plain'")
+    summary = json.loads((tmp_path / "results" / "plain" / "summary.json").read_text())
+    assert len(summary["clients"]) == 10, done.stdout[-2000:] + done.stderr[-2000:]
+    assert summary["rounds"] == 3 and summary["final_accuracy"] >= 0.70
