@@ -28,7 +28,15 @@ AUGMENT_CHOICES = ("auto", "on", "off")
 SECURE_AGGREGATION = ("none", "secaggplus")
 """none: the server sees every update; secaggplus: Flower's SecAgg+, the server sees only the sum."""
 CLIENT_DP = ("none", "central", "adaptive")
+COUNT_STDDEV_DIVISOR = 20
+"""Adaptive clipping's default count noise: sigma_b = m / 20 for m sampled clients (Andrew et al. 2021)."""
 """Client-level DP on the aggregate (DP-FedAvg): none, or central (fixed clipping norm, Gaussian noise)."""
+
+
+def clients_per_round(population: int, fraction: float, eligible: int) -> int:
+    """How many clients a round samples: max(1, int(population * fraction)) of the `eligible` ones, at
+    most all of them (strategies/private_fedavg.py seeded_sample; dirichlet_fl/preflight.py)."""
+    return min(eligible, max(1, int(population * fraction)))
 
 
 @dataclass(frozen=True)
@@ -193,6 +201,11 @@ class RunConfig:
                              "must be >= 0 (0: the first round's number of sampled clients / 20)")
         if self.client_dp == "adaptive" and self.client_clipped_count_stddev > 0:
             update_noise_multiplier(self.client_noise_multiplier, self.client_clipped_count_stddev)
+
+    def clipped_count_stddev(self, sample_size: int) -> float:
+        """sigma_b of client-dp = "adaptive": client-clipped-count-stddev, or (0) the number of clients
+        sampled in the first round / 20, Andrew et al.'s suggestion; fixed for the run."""
+        return self.client_clipped_count_stddev or sample_size / COUNT_STDDEV_DIVISOR
 
     @property
     def budget_rounds(self) -> int:

@@ -32,7 +32,7 @@ from torch import Tensor
 from dirichlet_fl.config import RunConfig
 from privacy.client_level import AdaptiveClipping, ClientLevelAccountant, ClientLevelRound, update_noise_multiplier
 from sims.fedavg_loop import FedAvgLoop, LoopRound
-from strategies.secure import COUNT_STDDEV_DIVISOR, noised_mean_update, noised_unclipped_count
+from strategies.secure import noised_mean_update, noised_unclipped_count
 
 
 class ClientDPLoop(FedAvgLoop):
@@ -55,9 +55,9 @@ class ClientDPLoop(FedAvgLoop):
         z = self.config.client_noise_multiplier
         self.accountant.compose(ClientLevelRound(self.eligible, sampled, z))
         if self.config.client_dp == "adaptive" and self.adaptive is None:
-            stddev = self.config.client_clipped_count_stddev or sampled / COUNT_STDDEV_DIVISOR
             self.adaptive = AdaptiveClipping(self.config.client_clipping_norm, self.config.client_clip_target_quantile,
-                                             self.config.client_clip_learning_rate, stddev)
+                                             self.config.client_clip_learning_rate,
+                                             self.config.clipped_count_stddev(sampled))
         clipping_norm = self.config.client_clipping_norm if self.adaptive is None else self.adaptive.clipping_norm
         self.clipping_norms.append(clipping_norm)
         if self.adaptive is not None:

@@ -36,13 +36,14 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
+from dirichlet_fl.config import clients_per_round
 from dirichlet_fl.protocol import REFUSALS, SETUP_FAILED, number, parse_error_reason
 from dirichlet_fl.runs import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
 
 
 def seeded_sample(seed: int, purpose: str, server_round: int, ordered: list[int], population: int, fraction: float) -> list[int]:
     """max(1, int(population * fraction)) of `ordered` (at most all), fixed by (seed, purpose, round)."""
-    size = min(len(ordered), max(1, int(population * fraction)))
+    size = clients_per_round(population, fraction, len(ordered))
     return random.Random(f"{seed}/{purpose}/{server_round}").sample(ordered, size)
 
 

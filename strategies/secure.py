@@ -123,10 +123,6 @@ def secaggplus_workflow(config: RunConfig, timeout: float | None) -> SecAggPlusW
     )
 
 
-COUNT_STDDEV_DIVISOR = 20
-"""Adaptive clipping's default count noise: sigma_b = m / 20 for m sampled clients (Andrew et al. 2021)."""
-
-
 def noised_unclipped_count(clipped_bits: list[Any], count_stddev: float) -> float:
     """The number of updates left unclipped (from `adaptiveclipping_mod`'s bits, 1 = clipped) plus
     N(0, sigma_b^2) from OS entropy."""
@@ -205,8 +201,7 @@ class SecureFedAvg(PrivateFedAvg):
             config[CLIPPED_COUNT_NOISE_STD] = 0.0  # the server noises the count (overridden under SecAgg+)
         messages = list(super().configure_train(server_round, arrays, config, grid))
         if self.config.client_dp == "adaptive" and self.adaptive is None and messages:
-            stddev = self.config.client_clipped_count_stddev or len(messages) / COUNT_STDDEV_DIVISOR
-            self.adaptive = self._adaptive_clipping(stddev)
+            self.adaptive = self._adaptive_clipping(self.config.clipped_count_stddev(len(messages)))
         if self.config.secure_aggregation == "none" or len(messages) != 1:
             return messages
         reason = (f"secure-aggregation={self.config.secure_aggregation!r} needs at least 2 clients per round, but "

@@ -48,6 +48,8 @@ RUN_CONFIG = [  # (--run-config text, the key the message must name)
     ("audit=maybe", "audit"),
     ("keep-updates=maybe", "keep-updates"),
     ("calibration-rounds=-1", "calibration-rounds"),
+    ("client-dp='adaptive'", "client-clipped-count-stddev"),  # z = 1 needs sigma_b > 0.5; 3 clients / 20
+    ("client-dp='adaptive' client-clipped-count-stddev=0.3", "client-clipped-count-stddev"),
 ]
 
 
