@@ -378,23 +378,39 @@ def quick(sweep: Sweep) -> Sweep:
                    dirichlet_learning_rate=app.learning_rate, seeds=(0,), epsilons=(1.0, 4.0))
 
 
-def _resumable(out_dir: Path, described: str) -> list[dict[str, object]]:
-    """The finished rows of an interrupted sweep in out_dir, which must have been run with the same sweep."""
+GRID_AXES = ("seeds", "epsilons", "splits", "mechanisms")
+"""The Sweep fields that --resume may change: it extends or narrows the grid of cells, nothing else."""
+
+
+def _resumable(out_dir: Path, sweep: Sweep) -> list[dict[str, object]]:
+    """The finished rows of an earlier sweep in out_dir, which must have held everything but the grid
+    (GRID_AXES) fixed: its cells still in the grid count, the others stay in runs.csv but leave the table."""
     if not (out_dir / "sweep.json").is_file() or not (out_dir / "runs.csv").is_file():
         raise FileNotFoundError(f"--resume: {out_dir} holds no sweep.json and runs.csv to resume from")
-    if (out_dir / "sweep.json").read_text() != described:
-        raise ValueError(f"--resume: {out_dir / 'sweep.json'} describes another sweep; use the same options")
+    earlier = json.loads((out_dir / "sweep.json").read_text())
+    now = {**asdict(sweep), "delta": PAPER_DELTA}
+    changed = sorted(key for key in set(earlier) | set(now)
+                     if key not in GRID_AXES and json.dumps(earlier.get(key)) != json.dumps(now.get(key)))
+    if changed:
+        raise ValueError(f"--resume: {out_dir / 'sweep.json'} describes another sweep ({', '.join(changed)} differ); "
+                         f"use the same options (only --{', --'.join(GRID_AXES)} may change)")
     return read_runs(out_dir / "runs.csv")
+
+
+def in_grid(rows: list[dict[str, object]], sweep: Sweep) -> list[dict[str, object]]:
+    """The rows whose cell is one of the sweep's."""
+    grid = {astuple(cell) for cell in cells(sweep)}
+    return [row for row in rows if (row["split"], row["mechanism"], row["epsilon"], row["seed"]) in grid]
 
 
 def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     """Run the sweep; write runs.csv, table.csv, table.md, the plot and sweep.json; return the summary."""
     sweep = sweep_from_args(args)
     described = json.dumps({**asdict(sweep), "delta": PAPER_DELTA}, indent=2) + "\n"
-    done = _resumable(out_dir, described) if args.resume or args.table_only else []
+    done = _resumable(out_dir, sweep) if args.resume or args.table_only else []
     (out_dir / "sweep.json").write_text(described)
     start = time.perf_counter()
-    rows = done if args.table_only else run_all(sweep, args.workers, out_dir, done)
+    rows = in_grid(done if args.table_only else run_all(sweep, args.workers, out_dir, done), sweep)
     table = summarise(rows)
     with open(out_dir / "table.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, ["split", "mechanism", "epsilon", "delta", "status", "seeds", "mean", "std",
@@ -404,7 +420,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     (out_dir / "table.md").write_text(markdown_table(table, sweep))
     plot(table, sweep, out_dir / "accuracy_vs_epsilon.png")
     return {"seconds": time.perf_counter() - start, "cpu_seconds": sum(float(r["cpu_seconds"]) for r in rows),
-            "runs": len(rows), "resumed_runs": len(done), "table": table,
+            "runs": len(rows), "resumed_runs": len(in_grid(done, sweep)), "table": table,
             "files": {name: str(out_dir / name) for name in
                       ("runs.csv", "curves.csv", "table.csv", "table.md", "accuracy_vs_epsilon.png", "sweep.json")},
             "config": {**asdict(sweep), "delta": PAPER_DELTA, "workers": args.workers}}

@@ -116,6 +116,10 @@ def test_accuracy_sweep_resumes_without_rerunning_finished_runs(
     assert first["resumed_runs"] == 0 and again["resumed_runs"] == again["runs"] == 2
     assert (tmp_path / "runs.csv").read_text() == runs and again["table"] == first["table"]
 
+    narrowed = run_bench([*argv[:6], "1", *argv[7:], "--resume"], capsys)  # --seeds 1: the grid shrinks
+    assert narrowed["runs"] == 1 and (tmp_path / "runs.csv").read_text() == runs  # nothing lost, nothing rerun
+    assert "(1 of" not in (tmp_path / "table.md").read_text()
+    run_bench([*argv, "--resume"], capsys)  # back to 2 seeds: sweep.json as at first
     (tmp_path / "runs.csv").write_text("".join(runs.splitlines(keepends=True)[:-1]))  # as if stopped after 1 run
     partial = run_bench([*argv, "--table-only"], capsys)
     assert partial["runs"] == 1 and "(1 of 2 seeds)" in (tmp_path / "table.md").read_text()
@@ -124,7 +128,7 @@ def test_accuracy_sweep_resumes_without_rerunning_finished_runs(
     bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
     args = parser.parse_args(["bench", *argv[:-2], "--rounds", "2", "--out", str(tmp_path), "--resume"])
     assert args.func(args) == 2
-    assert "describes another sweep" in capsys.readouterr().err
+    assert "describes another sweep (rounds differ)" in capsys.readouterr().err
 
 
 def test_accuracy_sweep_runs_the_baselines_and_eps_1_and_4_first() -> None:
