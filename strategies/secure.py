@@ -36,11 +36,11 @@ run), and the updates get z_delta = (z^-2 - (2 sigma_b)^-2)^-1/2 so that the rou
 multiplier stays z. Without SecAgg+ the bits arrive in the clear (Flower's `adaptiveclipping_mod`) and the
 server adds N(0, sigma_b^2) to their count; with SecAgg+ each client adds its share N(0, sigma_b^2 / m)
 to its bit inside the masked vector. Flower's DifferentialPrivacy*AdaptiveClipping wrappers count the
-clipped updates but move C as if they were the unclipped ones (C runs away from the quantile); besides,
-like the fixed-clipping ones, they do not fit:
-Flower's DifferentialPrivacy*FixedClipping wrappers do not fit: they skip aggregation whenever any
-client replies with an error (every budget refusal would void the round), average with the
-example-count weights, and add noise in the clear on the server. The ledger is
+clipped updates but move C as if they were the unclipped ones (C runs away from the quantile).
+
+Neither they nor Flower's DifferentialPrivacy*FixedClipping wrappers fit this strategy: they skip
+aggregation whenever any client replies with an error (every budget refusal would void the round),
+average with the example-count weights, and add noise in the clear on the server. The ledger is
 privacy/client_level.py.
 """
 
