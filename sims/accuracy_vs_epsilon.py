@@ -369,11 +369,16 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
     return quick(sweep) if args.quick else sweep
 
 
+QUICK_DPSGD_LEARNING_RATE = 0.02
+"""DP-SGD's rate in --quick (digits, batch 8), tuned on its validation split over 0.01-2 (BENCHMARKS.md, section 4)."""
+
+
 def quick(sweep: Sweep) -> Sweep:
     """The app's default digits job (its rounds, local epochs, batch size and Dirichlet rate) at eps 1
     and 4, one seed: every split and mechanism in a few minutes, to check the pipeline."""
     app = RunConfig()
     return replace(sweep, dataset=app.dataset, data_root="", model=app.model, rounds=app.num_server_rounds,
+                   dpsgd_learning_rate=QUICK_DPSGD_LEARNING_RATE,
                    local_epochs=app.local_epochs, batch_size=app.batch_size, learning_rate=app.learning_rate,
                    dirichlet_learning_rate=app.learning_rate, seeds=(0,), epsilons=(1.0, 4.0))
 
