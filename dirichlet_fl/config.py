@@ -15,7 +15,7 @@ from typing import Any
 from dirichlet_fl.partition import PARTITIONERS
 from privacy.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
-from privacy.client_level import update_noise_multiplier
+from privacy.client_level import AdaptiveClipping, update_noise_multiplier
 from privacy.registry import MECHANISMS
 
 OPTIMIZERS = ("sgd", "adam")
@@ -206,6 +206,13 @@ class RunConfig:
         """sigma_b of client-dp = "adaptive": client-clipped-count-stddev, or (0) the number of clients
         sampled in the first round / 20, Andrew et al.'s suggestion; fixed for the run."""
         return self.client_clipped_count_stddev or sample_size / COUNT_STDDEV_DIVISOR
+
+    def adaptive_clipping(self, count_stddev: float) -> AdaptiveClipping:
+        """client-dp = "adaptive"'s clipping with count noise sigma_b = `count_stddev` (see
+        clipped_count_stddev), after checking that it leaves room for z (update_noise_multiplier refuses)."""
+        update_noise_multiplier(self.client_noise_multiplier, count_stddev)
+        return AdaptiveClipping(self.client_clipping_norm, self.client_clip_target_quantile,
+                                self.client_clip_learning_rate, count_stddev)
 
     @property
     def budget_rounds(self) -> int:

@@ -26,7 +26,6 @@ from dirichlet_fl.config import RunConfig, clients_per_round
 from dirichlet_fl.runs import check_resumable, read_checkpoint, read_json
 from dirichlet_fl.task import federated_split, mechanism_spec, resolve_device
 from privacy.analysis import UnreachableEpsilonError, epsilon_floor
-from privacy.client_level import update_noise_multiplier
 
 PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
 """flwr.common.config.parse_config_args's own pattern for one KEY=VALUE pair."""
@@ -69,7 +68,7 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
     config.target_epsilon_for(0, num_clients)  # client-epsilons: one entry per client
     if config.client_dp == "adaptive":  # sigma_b from the first round's sample, as the strategy will
         first_sample = clients_per_round(num_clients, config.fraction_train, num_clients)
-        update_noise_multiplier(config.client_noise_multiplier, config.clipped_count_stddev(first_sample))
+        config.adaptive_clipping(config.clipped_count_stddev(first_sample))
     device = resolve_device(config.device)
     _check_writable(Path(config.results_dir))
     if config.resume_from:

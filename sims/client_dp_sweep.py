@@ -55,9 +55,7 @@ class ClientDPLoop(FedAvgLoop):
         z = self.config.client_noise_multiplier
         self.accountant.compose(ClientLevelRound(self.eligible, sampled, z))
         if self.config.client_dp == "adaptive" and self.adaptive is None:
-            self.adaptive = AdaptiveClipping(self.config.client_clipping_norm, self.config.client_clip_target_quantile,
-                                             self.config.client_clip_learning_rate,
-                                             self.config.clipped_count_stddev(sampled))
+            self.adaptive = self.config.adaptive_clipping(self.config.clipped_count_stddev(sampled))
         clipping_norm = self.config.client_clipping_norm if self.adaptive is None else self.adaptive.clipping_norm
         self.clipping_norms.append(clipping_norm)
         if self.adaptive is not None:

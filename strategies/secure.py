@@ -170,14 +170,9 @@ class SecureFedAvg(PrivateFedAvg):
             for population, sample_size, multiplier in state.get("client_level_rounds", []):
                 self.client_level.compose(ClientLevelRound(int(population), int(sample_size), float(multiplier)))
         if state.get("adaptive_clipping"):
-            self.adaptive = self._adaptive_clipping(float(state["adaptive_clipping"]["count_stddev"]))
-            self.adaptive.load_state_dict(state["adaptive_clipping"])
-
-    def _adaptive_clipping(self, count_stddev: float) -> AdaptiveClipping:
-        """The run's adaptive clipping, with the count's noise sigma_b (checked against z here)."""
-        update_noise_multiplier(self.config.client_noise_multiplier, count_stddev)
-        return AdaptiveClipping(self.config.client_clipping_norm, self.config.client_clip_target_quantile,
-                                self.config.client_clip_learning_rate, count_stddev)
+            saved = state["adaptive_clipping"]
+            self.adaptive = self.config.adaptive_clipping(float(saved["count_stddev"]))
+            self.adaptive.load_state_dict(saved)
 
     @property
     def clipping_norm(self) -> float:
@@ -201,7 +196,7 @@ class SecureFedAvg(PrivateFedAvg):
             config[CLIPPED_COUNT_NOISE_STD] = 0.0  # the server noises the count (overridden under SecAgg+)
         messages = list(super().configure_train(server_round, arrays, config, grid))
         if self.config.client_dp == "adaptive" and self.adaptive is None and messages:
-            self.adaptive = self._adaptive_clipping(self.config.clipped_count_stddev(len(messages)))
+            self.adaptive = self.config.adaptive_clipping(self.config.clipped_count_stddev(len(messages)))
         if self.config.secure_aggregation == "none" or len(messages) != 1:
             return messages
         reason = (f"secure-aggregation={self.config.secure_aggregation!r} needs at least 2 clients per round, but "

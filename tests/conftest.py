@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
+from types import FrameType
 
 import pytest
 import torch
@@ -15,3 +17,20 @@ def single_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def hard_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Abort a test that overruns its module's TEST_BUDGET_S (SIGALRM), so a hang cannot stall the suite."""
+    budget = int(request.module.TEST_BUDGET_S)
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"test exceeded {budget} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(budget)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -14,7 +14,6 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
 from cryptography import x509
@@ -35,20 +34,7 @@ from cli.deployment import (
 TEST_BUDGET_S = 120  # hard ceiling per test; the slowest (the smoke run) takes about 30 s
 
 
-@pytest.fixture(autouse=True)
-def hard_timeout() -> Iterator[None]:
-    """Abort a test that overruns its budget (SIGALRM), so a hang cannot stall the suite."""
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError(f"test exceeded {TEST_BUDGET_S} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(TEST_BUDGET_S)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+pytestmark = pytest.mark.usefixtures("hard_timeout")  # tests/conftest.py, with TEST_BUDGET_S
 
 
 @pytest.fixture

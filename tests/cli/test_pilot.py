@@ -10,10 +10,7 @@ code 2 before anything starts, and no process is left running. Digits data, 2 ro
 from __future__ import annotations
 
 import json
-import signal
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import numpy as np
 import pytest
@@ -22,22 +19,11 @@ from cli.deployment import DeploymentError, Federation, make_node_keys
 from cli.main import main
 from dirichlet_fl.data import load_dataset, write_site_file
 
-BUDGET_S = 600  # a hang guard; measured: about 60 s of CPU for the whole module (README, docs/consortium.md)
+TEST_BUDGET_S = 600  # a hang guard; measured: about 60 s of CPU for the whole module (README, docs/consortium.md)
 RUN = "local-steps=10 batch-size=8 learning-rate=0.5"
 
 
-@pytest.fixture(autouse=True)
-def hard_timeout() -> Iterator[None]:
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError(f"test exceeded {BUDGET_S} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(BUDGET_S)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+pytestmark = pytest.mark.usefixtures("hard_timeout")  # tests/conftest.py, with TEST_BUDGET_S
 
 
 def site_files(folder: Path, sites: int = 3) -> list[Path]:
