@@ -1,4 +1,4 @@
-"""The layering rule of README.md's "Architecture", read off every module's imports.
+"""The layering rule of docs/architecture.md, read off every module's imports.
 
     privacy        imports nothing else of the project
     dirichlet_fl   the foundation: privacy only
