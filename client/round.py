@@ -128,14 +128,6 @@ def _mechanism(
     return calibrate_within_lifetime(spec, ledger.prior(node.run_key), ledger.lifetime, ledger.delta)
 
 
-def planned_state(mechanism: Mechanism, steps: int) -> dict[str, Any]:
-    """The ledger as it will be once `steps` more steps ran: what the write-ahead record stores, so that
-    a process killed mid-round leaves a ledger that over-states its spending, never under-states it."""
-    planned = restore_mechanism(mechanism.state_dict())
-    planned.record(steps)
-    return planned.state_dict()
-
-
 def ledger_summary(config: RunConfig, client: Client, mechanism: Mechanism) -> Metrics:
     """What the client has spent, with what it covers: eps at the run's delta, steps, q, target, noise.
     q is rounded to 2 significant digits: with the steps it depends on, the exact q would tell the
@@ -188,7 +180,7 @@ def train_round(
         spent = mechanism.epsilon(config.delta)
         text = f"{label}: budget spent (eps {spent:.4f} of {client.target_epsilon:g} at delta={config.delta:g})"
         return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, summary))
-    planned, ledger, nonce = planned_state(mechanism, steps), node.ledger, mechanism.steps
+    planned, ledger, nonce = mechanism.after(steps).state_dict(), node.ledger, mechanism.steps
     if ledger is not None:
         if not ledger.allows(node.run_key, planned):
             text = (

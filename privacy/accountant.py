@@ -10,6 +10,8 @@ curves on the orders admissible for all of them (Lemma 12).
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -117,6 +119,22 @@ class DirichletAccountant:
         spent = rdp_to_epsilon(_total_curve(projected, self._config.max_order), self._config.target_delta)
         return spent.epsilon > limit
 
+    def rdp_curve(self, orders: np.ndarray) -> np.ndarray:
+        """Sum over the ledger of count * Theorem 10's per-step curve at integer `orders` >= 2 (Lemma 12),
+        inf at an order some event does not admit: what a lifetime ledger adds to other mechanisms' curves."""
+        orders = integer_orders(orders)
+        total = np.zeros(orders.size)
+        if orders.size == 0:
+            return total
+        top = int(orders.max())
+        for event, count in self._compositions:
+            curve = per_step_curve(event, top)
+            per_step = np.full(orders.size, math.inf)
+            admitted = orders <= curve.orders[-1]
+            per_step[admitted] = curve.rdp[orders[admitted] - 2]
+            total += count * per_step
+        return total
+
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state: the config and the event ledger (the curve is rebuilt from it)."""
         return {
@@ -140,9 +158,28 @@ class DirichletAccountant:
         self._compositions = compositions
 
 
+def integer_orders(orders: np.ndarray) -> np.ndarray:
+    """`orders` as an int64 array if every one is an integer >= 2 (the only orders Theorem 10 bounds)."""
+    values = np.asarray(orders)
+    whole = values.astype(np.int64)
+    if values.ndim != 1 or not np.array_equal(whole, values) or (whole.size and whole.min() < 2):
+        raise ValueError(f"orders={values!r} are not supported: Theorem 10 bounds integer orders >= 2 only")
+    return whole
+
+
+@functools.lru_cache(maxsize=256)
+def per_step_curve(event: DirichletEvent, max_order: int) -> PrivacyCurve:
+    """Theorem 10's curve of one step of `event` over orders 2..max_order (or fewer, as admitted), cached
+    and read-only: a lifetime calibration evaluates the same earlier runs many times."""
+    curve = subsampled_rdp(event.r, event.alpha, event.sample_rate, max_order)
+    curve.orders.setflags(write=False)
+    curve.rdp.setflags(write=False)
+    return curve
+
+
 def _total_curve(compositions: list[tuple[DirichletEvent, int]], max_order: int) -> PrivacyCurve:
     """Sum of count * per-step curve over the orders admissible for every event (Lemma 12)."""
-    curves = [(subsampled_rdp(e.r, e.alpha, e.sample_rate, max_order), count) for e, count in compositions]
+    curves = [(per_step_curve(event, max_order), count) for event, count in compositions]
     top = min(int(curve.orders[-1]) if curve.orders.size else 1 for curve, _ in curves)
     orders = np.arange(2, top + 1)
     total = np.zeros(orders.size)

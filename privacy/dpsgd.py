@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from privacy.checks import check_in_open_interval, check_integer, check_positive
 from privacy.mechanisms import Mechanism, MechanismSpec
@@ -29,6 +32,8 @@ if TYPE_CHECKING:  # torch and Opacus are imported where DP-SGD trains: the regi
 
 EPSILON_TOLERANCE = 1e-3
 """Calibration stops once target - tolerance < eps(sigma) <= target (Opacus's bisection)."""
+GAUSSIAN_EXACT_ORDERS = 256
+"""Orders up to which rdp_curve is Opacus's exact `compute_rdp`; above, the bound without subsampling."""
 
 Composition = tuple[float, float, int]
 """One ledger entry of Opacus's RDPAccountant: (noise multiplier, sample rate, steps)."""
@@ -177,6 +182,43 @@ class DPSGDMechanism(Mechanism):
         projected = _rdp_accountant()
         projected.history = composed(list(self.accountant.history), self.noise_multiplier, self.sample_rate, steps)
         return projected.get_epsilon(self.delta) > max_epsilon
+
+    def rdp_curve(self, orders: np.ndarray) -> np.ndarray:
+        """Sum over the ledger's (sigma, q, steps) entries of the subsampled Gaussian curve (Mironov et al.
+        2019) at orders > 1: Opacus's exact `compute_rdp` up to order GAUSSIAN_EXACT_ORDERS, above it the
+        curve without subsampling, steps * lambda / (2 sigma^2), an upper bound (subsampling only lowers
+        RDP) that costs nothing."""
+        from opacus.accountants.analysis.rdp import compute_rdp
+
+        orders = np.asarray(orders)
+        if orders.ndim != 1 or not np.all(orders > 1):
+            raise ValueError(f"orders={orders!r} are not supported: the Gaussian curve is bounded at orders > 1")
+        exact = orders <= GAUSSIAN_EXACT_ORDERS
+        total = np.zeros(orders.size)
+        for sigma, q, steps in self.accountant.history:
+            total[exact] += np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders[exact]))
+            total[~exact] += math.inf if sigma == 0 else steps * orders[~exact] / (2 * sigma**2)
+        return total
+
+    @classmethod
+    def joint_epsilon(cls, mechanisms: Sequence[Mechanism], delta: float) -> float | None:
+        """Opacus's RDPAccountant over every ledger's history together (its own order grid, finer than the
+        integers), so that a site's DP-SGD runs alone cost what Opacus reports for them; None for a set
+        that holds another mechanism."""
+        ledgers = [mechanism for mechanism in mechanisms if isinstance(mechanism, DPSGDMechanism)]
+        if len(ledgers) != len(mechanisms):
+            return None
+        accountant = _rdp_accountant()
+        accountant.history = [entry for mechanism in ledgers for entry in mechanism.accountant.history]
+        return float(accountant.get_epsilon(delta))
+
+    def noise_range(self, useful_fraction: float) -> tuple[float, float]:
+        """(sigma*, sigma* / useful_fraction): a larger noise multiplier is more private."""
+        return self.noise_multiplier, self.noise_multiplier / useful_fraction
+
+    def with_noise(self, noise: float) -> DPSGDMechanism:
+        """A copy at noise multiplier `noise` (the ledger of steps already run keeps their own sigma)."""
+        return type(self).from_state_dict({**self.state_dict(), "noise_multiplier": noise})
 
     def record(self, steps: int) -> None:
         if steps > 0:

@@ -9,14 +9,22 @@ is the same for every mechanism:
     if mechanism.would_exceed(steps): refuse
     for each step: mechanism.train_step(...)
     mechanism.record(steps_run)
+
+A mechanism also answers for its ledger in a site's lifetime accounting (privacy/lifetime.py), in
+the spirit of dp-accounting's DpEvent: `rdp_curve` (what it composed, at RDP orders), `after` (an
+unchanged copy with more steps composed), `joint_epsilon` (its own accountant, where it supports
+the whole set), and `noise_range` / `with_noise` (the noise parameter a lifetime budget may raise).
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
 
 from privacy.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
 from privacy.analysis import calibrate_r, private_learning_rate
@@ -105,6 +113,34 @@ class Mechanism(ABC):
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable ledger and calibration."""
 
+    @abstractmethod
+    def rdp_curve(self, orders: np.ndarray) -> np.ndarray:
+        """RDP of every step this ledger composed, at each of `orders` (inf where it has no bound): ledgers
+        compose by adding these curves (Lemma 12). Raises ValueError for orders it does not support;
+        integer orders >= 2 every mechanism supports."""
+
+    @classmethod
+    def joint_epsilon(cls, mechanisms: Sequence[Mechanism], delta: float) -> float | None:
+        """eps at `delta` of `mechanisms` (all of this class) composed by this class's own accountant, or
+        None where it has none better than adding their rdp_curve at integer orders (the default)."""
+        return None
+
+    def after(self, steps: int) -> Mechanism:
+        """A copy with `steps` more steps composed; this mechanism is not changed. A write-ahead ledger
+        stores `after(steps).state_dict()`, so a process killed mid-round over-states its spending."""
+        copy = type(self).from_state_dict(self.state_dict())
+        copy.record(steps)
+        return copy
+
+    def noise_range(self, useful_fraction: float) -> tuple[float, float] | None:
+        """(own, least useful) value of the noise parameter `with_noise` sets: the calibrated one, and the one
+        whose signal-to-noise is `useful_fraction` of it; None (the default) when there is none to raise."""
+        return None
+
+    def with_noise(self, noise: float) -> Mechanism:
+        """A copy whose noise parameter is `noise`, its ledger kept (only where noise_range is not None)."""
+        raise ValueError(f"mechanism {self.name!r} has no noise parameter to set")
+
     @classmethod
     @abstractmethod
     def calibrated(cls, spec: MechanismSpec) -> Mechanism:
@@ -143,6 +179,10 @@ class NoPrivacy(Mechanism):
 
     def would_exceed(self, steps: int, max_epsilon: float) -> bool:
         return False
+
+    def rdp_curve(self, orders: np.ndarray) -> np.ndarray:
+        """inf at every order once a step ran (nothing bounds it), 0 before."""
+        return np.full(np.asarray(orders).size, math.inf if self._steps else 0.0)
 
     def record(self, steps: int) -> None:
         self._steps += steps
@@ -200,6 +240,20 @@ class DirichletMechanism(Mechanism):
 
     def would_exceed(self, steps: int, max_epsilon: float) -> bool:
         return self.accountant.would_exceed(self.event, max_epsilon, steps)
+
+    def rdp_curve(self, orders: np.ndarray) -> np.ndarray:
+        """Theorem 10's curve of the ledger at integer orders >= 2 (inf beyond an event's admissible order)."""
+        return self.accountant.rdp_curve(orders)
+
+    def noise_range(self, useful_fraction: float) -> tuple[float, float]:
+        """(r*, useful_fraction * r*): a smaller r is more private (r scales the softmax in the concentration)."""
+        return self.event.r, useful_fraction * self.event.r
+
+    def with_noise(self, noise: float) -> DirichletMechanism:
+        """A copy at r = `noise` (the ledger of steps already run keeps their own r)."""
+        state = self.state_dict()
+        state["event"] = {**state["event"], "r": noise}
+        return type(self).from_state_dict(state)
 
     def record(self, steps: int) -> None:
         if steps > 0:

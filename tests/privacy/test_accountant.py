@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from privacy.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
@@ -93,3 +94,17 @@ def test_unsupported_neighbouring_relation_is_refused() -> None:
 def test_invalid_counts_are_refused(count) -> None:
     with pytest.raises(ValueError, match="count="):
         ledger().compose(DirichletEvent(r=0.3, alpha=3.0, sample_rate=0.01), count)
+
+
+def test_the_ledgers_curve_is_count_times_theorem10_and_inf_beyond_an_events_orders() -> None:
+    accountant = ledger()
+    accountant.compose(DirichletEvent(r=0.3, alpha=3.0, sample_rate=0.01), 100)  # orders 2..10
+    accountant.compose(DirichletEvent(r=0.9, alpha=3.0, sample_rate=0.02), 50)  # orders 2..4
+    orders = np.array([2, 3, 4, 5, 12])
+    curve = accountant.rdp_curve(orders)
+    a, b = subsampled_rdp(0.3, 3.0, 0.01), subsampled_rdp(0.9, 3.0, 0.02)
+    np.testing.assert_array_equal(curve[:3], 100 * a.rdp[:3] + 50 * b.rdp)
+    assert np.all(np.isinf(curve[3:]))
+    assert np.array_equal(ledger().rdp_curve(orders), np.zeros(5))
+    with pytest.raises(ValueError, match="integer orders >= 2"):
+        accountant.rdp_curve(np.array([2.5]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import dp_accounting
+import numpy as np
 import pytest
 import torch
 from opacus.accountants import RDPAccountant
@@ -184,3 +185,17 @@ def test_train_step_refuses_an_optimizer_that_was_not_wrapped():
     mechanism = DPSGDMechanism(1.0, 1.0, 0.1, 4, DELTA)
     with pytest.raises(TypeError, match="wrap"):
         mechanism.train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.zeros(1, 1, 2, 2), torch.tensor([0]), None)
+
+
+def test_rdp_curve_is_opacus_up_to_order_256_and_the_unsampled_bound_above() -> None:
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    mechanism = DPSGDMechanism(1.1, 1.0, 0.02, 10, DELTA)
+    mechanism.record(300)
+    mechanism = mechanism.with_noise(2.0).after(100)
+    low, high = np.array([1.5, 2.0, 17.0, 256.0]), np.array([257.0, 1000.0])
+    expected = [compute_rdp(q=0.02, noise_multiplier=s, steps=n, orders=low) for s, n in ((1.1, 300), (2.0, 100))]
+    np.testing.assert_array_equal(mechanism.rdp_curve(low), np.zeros(4) + expected[0] + expected[1])
+    np.testing.assert_array_equal(mechanism.rdp_curve(high), 300 * high / (2 * 1.1**2) + 100 * high / (2 * 2.0**2))
+    subsampled = np.asarray(compute_rdp(q=0.02, noise_multiplier=1.1, steps=300, orders=high))
+    assert np.all(mechanism.rdp_curve(high) > subsampled)
