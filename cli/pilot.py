@@ -1,7 +1,7 @@
 """`dirichlet-fl pilot`: a consortium rehearsal on Flower's Deployment Engine, on loopback, in one command.
 
 It starts one `flower-superlink` (TLS, SuperNode authentication) and one `flower-supernode` per site
-(cli/deployment.py's Federation), each with its own node config: its data (a partition of the run's
+(cli/federation.py's Federation), each with its own node config: its data (a partition of the run's
 data set, or its own `.npz` file), its target eps, its lifetime eps, its ledger folder and its noise
 secret. It then submits this app with `flwr run`, waits for the end, reads the run folder and every
 site's lifetime ledger, and stops every process it started, by PID (also on Ctrl-C or SIGTERM).
@@ -9,7 +9,7 @@ site's lifetime ledger, and stops every process it started, by PID (also on Ctrl
 A second call with the same --workdir reuses the sites: their certificates, keys, secrets and
 ledgers, so that their lifetime spending continues. Layout of --workdir:
 
-    certificates/  CA and SuperLink certificate (cli/deployment.py)
+    certificates/  CA and SuperLink certificate (cli/certificates.py)
     keys/          each site's authentication key pair
     sites/site-<i>/ledgers/   the site's lifetime ledger (client/site.py), one file per data set
     sites/site-<i>/secret/    the site's noise secret (mode 0600)
@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,15 +306,11 @@ def _print_report(result: dict[str, Any]) -> None:
         )
 
 
-def _sigterm_to_exit(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def run(args: argparse.Namespace) -> int:
     from flwr.common.config import get_fused_config_from_dir
 
     from dirichlet_fl.config import RunConfig
-    from dirichlet_fl.simulation import APP_DIR
+    from dirichlet_fl.paths import APP_DIR
 
     problem = _check_args(args, APP_DIR.resolve())
     if problem is not None:
@@ -330,21 +325,20 @@ def run(args: argparse.Namespace) -> int:
     problem = _check_ledgers(sites, config)
     if problem is not None:
         return _fail(problem)
-    from cli.deployment import DeploymentError, Federation, stage_app
+    from cli.federation import Federation
+    from cli.processes import DeploymentError, exit_on_sigterm
+    from cli.staging import stage_app
 
     # One thread per process, as Ray gives a simulated client with num-cpus=1: torch's default (every
     # core) on tiny models spends more time synchronising threads than computing (docs/consortium.md).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     run_dir = args.workdir.resolve() / "results" / run_name
-    previous = signal.signal(signal.SIGTERM, _sigterm_to_exit)  # so that `kill` also stops every process
     try:
-        with Federation(args.workdir, [site.node_config for site in sites], name="pilot") as federation:
+        with exit_on_sigterm(), Federation(args.workdir, [site.node_config for site in sites], name="pilot") as federation:
             app = stage_app(APP_DIR, args.workdir.resolve() / "app")
             outcome = federation.run(app, overrides, timeout=args.timeout)
     except DeploymentError as error:
         return _fail(str(error))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     status = outcome.status or ("timed out" if outcome.timed_out else f"failed (flwr exit {outcome.returncode})")
     result = report(status, outcome.ok, run_dir, sites, config, outcome.duration_s)
     if args.compare_simulation and outcome.ok:

@@ -9,7 +9,6 @@ on flwr 1.42's `_run_simulation`, which is why flwr is pinned.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, RecordDict
@@ -21,8 +20,7 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from flwr.supercore.telemetry import EventType
 
-APP_DIR = Path(__file__).resolve().parent.parent
-"""The Flower app: the project root holding pyproject.toml."""
+from dirichlet_fl.paths import APP_DIR
 
 
 def simulate(

@@ -26,9 +26,7 @@ NUM_CLIENTS="${NUM_CLIENTS:-10}"
 ARGS=(--federation-config "num-supernodes=$NUM_CLIENTS" --run-config "results-dir='$ROOT/results' data-root='$ROOT/data'" "$@")
 "$ROOT/.venv/bin/dirichlet-fl" check "${ARGS[@]}"
 mkdir -p "$FLWR_HOME"
-PYTHONPATH="$ROOT" "$ROOT/.venv/bin/python" -c \
-  "import sys; from pathlib import Path; from cli.deployment import stage_app; stage_app(Path(sys.argv[1]), Path(sys.argv[2]))" \
-  "$ROOT" "$FLWR_HOME/app"
+PYTHONPATH="$ROOT" "$ROOT/.venv/bin/python" -m cli.staging "$ROOT" "$FLWR_HOME/app"
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 set +e

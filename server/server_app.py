@@ -19,6 +19,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.paths import APP_DIR
 from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
 from dirichlet_fl.runs import COMPLETED, FAILED, RoundRecord, RunWriter
 from dirichlet_fl.task import (
@@ -37,8 +38,6 @@ app = ServerApp()
 CLIENT_LINES = 20
 """The final report prints one line per client up to this many clients; above, the ten with the largest
 eps (summary.json has every client)."""
-APP_DIR = Path(__file__).resolve().parent.parent
-"""The app this ServerApp was loaded from (the submitted bundle, under Flower)."""
 
 
 def _central_evaluator(config: RunConfig, num_clients: int):

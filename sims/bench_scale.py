@@ -146,7 +146,7 @@ def _validate(overrides: dict[str, Any]) -> None:
     from flwr.common.config import get_fused_config_from_dir
 
     from dirichlet_fl.config import RunConfig
-    from dirichlet_fl.simulation import APP_DIR
+    from dirichlet_fl.paths import APP_DIR
 
     RunConfig.from_run_config(get_fused_config_from_dir(APP_DIR, overrides))
 

@@ -43,7 +43,7 @@ from typing import Any
 import click
 from flwr.common.config import get_fused_config_from_dir, parse_config_args
 
-from dirichlet_fl.simulation import APP_DIR
+from dirichlet_fl.paths import APP_DIR
 
 SAMPLE_INTERVAL = 0.2
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")

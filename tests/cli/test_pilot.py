@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli.deployment import DeploymentError, Federation, make_node_keys
+from cli.certificates import make_node_keys
+from cli.federation import Federation
 from cli.main import main
+from cli.processes import DeploymentError
 from dirichlet_fl.data import load_dataset, write_site_file
 
 TEST_BUDGET_S = 600  # a hang guard; measured: about 60 s of CPU for the whole module (README, docs/consortium.md)
