@@ -3,39 +3,48 @@
 It starts one `flower-superlink` (TLS, SuperNode authentication) and one `flower-supernode` per site
 (cli/federation.py's Federation), each with its own node config: its data (a partition of the run's
 data set, or its own `.npz` file), its target eps, its lifetime eps, its ledger folder and its noise
-secret. It then submits this app with `flwr run`, waits for the end, reads the run folder and every
-site's lifetime ledger, and stops every process it started, by PID (also on Ctrl-C or SIGTERM).
+secret. It then submits this app with `flwr run`, waits for the end, reports what each site did in this
+call (cli/pilot_report.py) and stops every process it started, by PID (also on Ctrl-C or SIGTERM).
 
 A second call with the same --workdir reuses the sites: their certificates, keys, secrets and
-ledgers, so that their lifetime spending continues. Layout of --workdir:
+ledgers, so that their lifetime spending continues; two calls at once on one --workdir are refused
+(a lock on pilot.lock). Layout of --workdir:
 
+    pilot.lock     held by the running call (its PID inside)
     certificates/  CA and SuperLink certificate (cli/certificates.py)
     keys/          each site's authentication key pair
     sites/site-<i>/ledgers/   the site's lifetime ledger (client/site.py), one file per data set
     sites/site-<i>/secret/    the site's noise secret (mode 0600)
     sites/site-<i>/cache/     the shard of its partition, cached between the processes of each message
     results/pilot-<k>/        the k-th run's folder (dirichlet_fl/runs.py)
-    logs/, superlink/, supernode-<i>/, flwr-home/   the processes' logs, working folders and FLWR_HOME
+    logs/pilot-<k>/           the k-th call's process logs (flwr-run-1.log: its `flwr run` output)
+    superlink/, supernode-<i>/, flwr-home/   the processes' working folders and FLWR_HOME
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import math
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # Flower, torch and the app are imported when the command runs, not when it registers
+    from cli.federation import RunOutcome
+    from cli.pilot_report import SiteOutcome
     from client.site import SiteLedger
     from dirichlet_fl.config import RunConfig
 
 PROG = "dirichlet-fl pilot"
 LIFETIME_FACTOR = 3.0
 """Default lifetime budget of a site: this many times the run's target eps."""
+LOCK_FILE = "pilot.lock"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,22 +52,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "pilot",
         help="run the app on Flower's Deployment Engine on loopback (TLS, authenticated sites)",
-        description="One SuperLink and N authenticated SuperNodes on 127.0.0.1, one run, then stop everything.",
+        description="One SuperLink and N authenticated SuperNodes on 127.0.0.1, one run, then stop everything. "
+        "Exit status: 0 a site trained, 1 the run failed, 2 bad input, 3 the run ended but no site trained.",
     )
     parser.add_argument("--sites", type=int, required=True, help="number of sites (SuperNodes), >= 1")
     parser.add_argument("--rounds", type=int, required=True, help="FedAvg rounds, >= 1")
     parser.add_argument("--workdir", type=Path, required=True, help="folder for certificates, keys, ledgers, results")
     parser.add_argument(
-        "--target-epsilon", default="1", help="each site's eps for this run: one number, or one per site 'e0,e1,...' (default 1)"
-    )
+        "--target-epsilon", default="1",
+        help="each site's eps for this run: one number, or one per site 'e0,e1,...' (default 1)",
+    )  # fmt: skip
     parser.add_argument(
         "--lifetime-epsilon", default="",
         help=f"each site's lifetime eps over all runs on its data, one number or one per site "
         f"(default {LIFETIME_FACTOR:g} x its --target-epsilon)",
     )  # fmt: skip
-    parser.add_argument("--data-files", default="", help="comma-separated .npz site files, one per site (default: partitions)")
+    parser.add_argument(
+        "--data-files", default="", help="comma-separated .npz site files, one per site (default: partitions)"
+    )
     parser.add_argument("--run-config", default="", help="extra run-config overrides, 'key=value ...' as for flwr run")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds the run may take (default 900)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds the run may take, > 0 (default 900)")
     parser.add_argument(
         "--compare-simulation", action="store_true",
         help="then run the same run config on the simulation engine and report both round times and accuracies",
@@ -95,29 +108,86 @@ def per_site(flag: str, text: str, sites: int) -> list[float]:
 
 
 def _check_args(args: argparse.Namespace, app_dir: Path) -> str | None:
-    """The first invalid argument as one line, or None. Nothing has started yet."""
+    """The first invalid argument as one line, or None. Nothing has started, nothing is written yet."""
+    return _check_numbers(args) or _check_workdir(args.workdir.resolve(), app_dir) or _check_files(args)
+
+
+def _check_numbers(args: argparse.Namespace) -> str | None:
     if args.sites < 1:
         return f"--sites={args.sites} is out of range: it must be >= 1"
     if args.rounds < 1:
         return f"--rounds={args.rounds} is out of range: it must be >= 1"
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        return f"--timeout={args.timeout:g} is out of range: give the seconds the run may take, a finite number > 0"
     try:
         per_site("--target-epsilon", args.target_epsilon, args.sites)
         if args.lifetime_epsilon:
             per_site("--lifetime-epsilon", args.lifetime_epsilon, args.sites)
     except ValueError as error:
         return str(error)
-    workdir = args.workdir.resolve()
+    return None
+
+
+def _check_workdir(workdir: Path, app_dir: Path) -> str | None:
+    """--workdir must be (or be creatable as) a folder outside the app; whether it is writable is found
+    when the call locks it (`workdir_lock`), still before anything starts."""
     if workdir == app_dir or app_dir in workdir.parents:
-        return f"--workdir {workdir} is inside the app folder {app_dir}, which flwr run bundles: choose a folder outside it"
+        return (
+            f"--workdir {workdir} is inside the app folder {app_dir}, which flwr run bundles: "
+            "choose a folder outside it"
+        )
+    existing = next(path for path in (workdir, *workdir.parents) if path.exists())
+    if existing == workdir and not existing.is_dir():
+        return f"--workdir {workdir} is a file: give a folder (it is created if absent)"
+    if not existing.is_dir():
+        return f"--workdir {workdir} lies under {existing}, which is a file: give a folder path"
+    return None
+
+
+def _check_files(args: argparse.Namespace) -> str | None:
     files = [item for item in args.data_files.split(",") if item.strip()]
     if files and args.compare_simulation:
-        return "--compare-simulation needs partition sites (no --data-files): the simulation engine cannot read site files"
+        return (
+            "--compare-simulation needs partition sites (no --data-files): the simulation engine cannot read "
+            "site files"
+        )
     if files and len(files) != args.sites:
         return f"--data-files names {len(files)} files for --sites={args.sites}: give one file per site"
     for item in files:
         if not Path(item).is_file():
             return f"--data-files: file not found: {item}"
     return None
+
+
+class WorkdirUnavailable(Exception):
+    """The workdir cannot be written, or another pilot holds it: one line naming --workdir and the fix."""
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the workdir for the whole call (fcntl.flock on workdir/pilot.lock), so that
+    two pilots never share its FLWR_HOME config, run names, logs or sites; a second one fails at once."""
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        handle = open(workdir / LOCK_FILE, "a+")
+    except OSError as error:
+        raise WorkdirUnavailable(
+            f"--workdir {workdir} cannot be written ({error.strerror}): choose a folder you can write"
+        ) from None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise WorkdirUnavailable(
+                f"--workdir {workdir} is in use by another pilot (PID {holder}): wait for it to end, "
+                "or give another --workdir"
+            ) from None
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield  # closing the file releases the lock, also when the process dies
 
 
 def sites_for(args: argparse.Namespace) -> list[Site]:
@@ -183,66 +253,51 @@ def run_config_of(args: argparse.Namespace, run_name: str) -> dict[str, Any]:
 
 
 def _next_run_name(workdir: Path) -> str:
-    results = workdir / "results"
-    taken = {path.name for path in results.iterdir()} if results.is_dir() else set()
+    """pilot-<k>, the first k for which neither a run folder nor a call's log folder exists."""
+    folders = [workdir / "results", workdir / "logs"]
+    taken = {path.name for folder in folders if folder.is_dir() for path in folder.iterdir()}
     index = 1
     while f"pilot-{index}" in taken:
         index += 1
     return f"pilot-{index}"
 
 
-def _site_status(run_dir: Path, site_id: int) -> tuple[str, str]:
-    """The site's last status in the run's ledger.csv (trained, refused, failed, idle) and its reason."""
-    import csv
-
-    path = run_dir / "ledger.csv"
-    if not path.is_file():
-        return "unknown", "the run wrote no ledger.csv"
-    with open(path, newline="") as handle:
-        rows = [row for row in csv.DictReader(handle) if int(row["client"]) == site_id]
-    statuses = [row["status"] for row in rows]
-    for status in ("trained", "refused", "failed"):
-        if status in statuses:
-            reason = next(row["reason"] for row in rows if row["status"] == status)
-            return status, reason
-    return (statuses[-1] if statuses else "unknown"), ""
+def lifetime_position(site: Site, config: RunConfig) -> dict[str, Any]:
+    """A site's lifetime spending after the call, read from its ledger as its ClientApp reads it."""
+    ledger = open_ledger(site, config)
+    spent = ledger.spent()
+    return {
+        "target_epsilon": site.node_config["target-epsilon"],
+        "lifetime_epsilon": site.node_config["lifetime-epsilon"],
+        "lifetime_epsilon_spent": spent if math.isfinite(spent) else None,
+        "lifetime_delta": ledger.delta,
+        "runs_in_ledger": len(ledger.runs),
+        "ledger_file": str(ledger.store.path) if ledger.store.path.is_file() else None,
+        "noise": "node secret",
+    }
 
 
 def report(
-    outcome_status: str, ok: bool, run_dir: Path, sites: list[Site], config: RunConfig, duration_s: float
+    call: dict[str, Any], run_dir: Path, sites: list[Site], config: RunConfig, outcomes: dict[int, SiteOutcome]
 ) -> dict[str, Any]:
-    """The object --json prints: the run's status and each site's lifetime position (read from its ledger)."""
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    entries = []
-    for site in sites:
-        ledger = open_ledger(site, config)
-        spent = ledger.spent()
-        status, reason = _site_status(run_dir, site.site_id)
-        entries.append(
-            {
-                "id": site.site_id,
-                "target_epsilon": site.node_config["target-epsilon"],
-                "lifetime_epsilon": site.node_config["lifetime-epsilon"],
-                "lifetime_epsilon_spent": spent if math.isfinite(spent) else None,
-                "lifetime_delta": ledger.delta,
-                "runs_in_ledger": len(ledger.runs),
-                "ledger_file": str(ledger.store.path) if ledger.store.path.is_file() else None,
-                "noise": "node secret",
-                "status": status,
-                "reason": reason,
-            }
-        )
+    """The object --json prints: this call's verdict (`call`), the run folder's summary, and each site's
+    status and reason in this call with its lifetime position."""
+    from cli.pilot_report import read_summary
+
+    summary = read_summary(run_dir)
+    entries = [
+        {"id": site.site_id, **lifetime_position(site, config), "status": outcomes[site.site_id].status,
+         "reason": outcomes[site.site_id].reason}
+        for site in sites
+    ]  # fmt: skip
     return {
         "tls": True,
         "authenticated": True,
-        "status": outcome_status,
-        "ok": ok,
+        **call,
         "run_dir": str(run_dir),
         "rounds": summary.get("rounds"),
         "final_accuracy": summary.get("final_accuracy"),
         "noise": summary.get("noise"),
-        "seconds": round(duration_s, 1),
         "sites": entries,
     }
 
@@ -281,72 +336,87 @@ def compare_with_simulation(overrides: dict[str, Any], sites: int, run_dir: Path
     }
 
 
-def _print_report(result: dict[str, Any]) -> None:
-    accuracy = result["final_accuracy"]
-    accuracy_text = "n/a" if accuracy is None else f"{accuracy:.4f}"
-    print(
-        f"pilot: {result['status']} in {result['seconds']} s (TLS, authenticated SuperNodes), "
-        f"{result['rounds']} rounds, final accuracy {accuracy_text}; results in {result['run_dir']}"
-    )
-    for site in result["sites"]:
-        spent = site["lifetime_epsilon_spent"]
-        spent_text = "inf" if spent is None else f"{spent:.4f}"
-        reason = f" ({site['reason']})" if site["reason"] else ""
-        print(
-            f"site {site['id']}: {site['status']}{reason}; lifetime eps {spent_text} of "
-            f"{site['lifetime_epsilon']:g}; ledger {site['ledger_file']}"
-        )
-    if "comparison" in result:
-        comparison = result["comparison"]
-        print(
-            f"median round: deployment {comparison['median_round_seconds']['deployment']:.2f} s, simulation "
-            f"{comparison['median_round_seconds']['simulation']:.2f} s (ratio {comparison['round_time_ratio']:.2f}); "
-            f"final accuracy: deployment {comparison['final_accuracy']['deployment']:.4f}, "
-            f"simulation {comparison['final_accuracy']['simulation']:.4f}"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
-    from flwr.common.config import get_fused_config_from_dir
-
-    from dirichlet_fl.config import RunConfig
     from dirichlet_fl.paths import APP_DIR
 
     problem = _check_args(args, APP_DIR.resolve())
     if problem is not None:
         return _fail(problem)
+    try:
+        with workdir_lock(args.workdir.resolve()):
+            return _run_locked(args, APP_DIR)
+    except WorkdirUnavailable as error:
+        return _fail(str(error))
+
+
+def _run_locked(args: argparse.Namespace, app_dir: Path) -> int:
+    """Check the config and every site's ledger, deploy, run, report: the call, under the workdir's lock."""
+    from flwr.common.config import get_fused_config_from_dir
+
+    from cli.processes import DeploymentError
+    from dirichlet_fl.config import RunConfig
+
     sites = sites_for(args)
     run_name = _next_run_name(args.workdir.resolve())
     try:
         overrides = run_config_of(args, run_name)
-        config = RunConfig.from_run_config(get_fused_config_from_dir(APP_DIR, overrides))
+        config = RunConfig.from_run_config(get_fused_config_from_dir(app_dir, overrides))
     except ValueError as error:
         return _fail(f"--run-config: {error}")
     problem = _check_ledgers(sites, config)
     if problem is not None:
         return _fail(problem)
-    from cli.federation import Federation
-    from cli.processes import DeploymentError, exit_on_sigterm
-    from cli.staging import stage_app
-
     # One thread per process, as Ray gives a simulated client with num-cpus=1: torch's default (every
     # core) on tiny models spends more time synchronising threads than computing (docs/consortium.md).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    run_dir = args.workdir.resolve() / "results" / run_name
     try:
-        with exit_on_sigterm(), Federation(args.workdir, [site.node_config for site in sites], name="pilot") as federation:
-            app = stage_app(APP_DIR, args.workdir.resolve() / "app")
-            outcome = federation.run(app, overrides, timeout=args.timeout)
+        outcome = _deploy_and_run(args, sites, overrides, run_name, app_dir)
     except DeploymentError as error:
         return _fail(str(error))
-    status = outcome.status or ("timed out" if outcome.timed_out else f"failed (flwr exit {outcome.returncode})")
-    result = report(status, outcome.ok, run_dir, sites, config, outcome.duration_s)
-    if args.compare_simulation and outcome.ok:
+    return _finish(args, sites, config, overrides, outcome, args.workdir.resolve() / "results" / run_name)
+
+
+def _deploy_and_run(
+    args: argparse.Namespace, sites: list[Site], overrides: dict[str, Any], run_name: str, app_dir: Path
+) -> RunOutcome:
+    """Start the federation (this call's logs in logs/<run name>/), submit a staged app, stop everything."""
+    from cli.federation import Federation
+    from cli.processes import exit_on_sigterm
+    from cli.staging import stage_app
+
+    workdir = args.workdir.resolve()
+    configs = [site.node_config for site in sites]
+    with exit_on_sigterm(), Federation(workdir, configs, name="pilot", log_dir=workdir / "logs" / run_name) as fed:
+        app = stage_app(app_dir, workdir / "app")
+        return fed.run(app, overrides, timeout=args.timeout)
+
+
+def _finish(
+    args: argparse.Namespace,
+    sites: list[Site],
+    config: RunConfig,
+    overrides: dict[str, Any],
+    outcome: RunOutcome,
+    run_dir: Path,
+) -> int:
+    """Judge the call from its own output and run folder, print the report, return the exit status."""
+    from cli.pilot_report import EXIT_NO_SITE_TRAINED, exit_status, print_report, run_ok, server_verdict, site_outcomes
+
+    flower = outcome.status or ("timed out" if outcome.timed_out else f"failed (flwr exit {outcome.returncode})")
+    verdict = server_verdict(outcome.output)
+    why = f"Flower: {flower}; server: {verdict.status or 'no status'} ({verdict.reason})"
+    outcomes = site_outcomes(run_dir, [site.site_id for site in sites], why)
+    code = exit_status(run_ok(outcome.ok, verdict), outcomes)
+    call = {"status": flower, "server_status": verdict.status, "server_reason": verdict.reason, "ok": code == 0,
+            "exit_status": code, "seconds": round(outcome.duration_s, 1), "log": str(outcome.log_path)}  # fmt: skip
+    result = report(call, run_dir, sites, config, outcomes)
+    if args.compare_simulation and code == 0:
         result["comparison"] = compare_with_simulation(overrides, args.sites, run_dir)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        _print_report(result)
-    if not outcome.ok:
-        print(f"{PROG}: the run failed; see {outcome.log_path}", file=sys.stderr)
-    return 0 if outcome.ok else 1
+        print_report(result)
+    if code:
+        what = "no site trained in this call" if code == EXIT_NO_SITE_TRAINED else f"the run failed ({why})"
+        print(f"{PROG}: {what}; see each site's reason and {outcome.log_path}", file=sys.stderr)
+    return code

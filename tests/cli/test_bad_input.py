@@ -148,3 +148,30 @@ def test_a_good_config_passes_the_check(tmp_path: Path, capsys: pytest.CaptureFi
     code, err = exit_code_and_stderr(check_argv(tmp_path, "target-epsilon=2 partitioner='iid'"), capsys)
     assert code == 0, err
     assert not any((tmp_path / "results").iterdir())  # writable, and still empty
+
+
+def pilot_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
+    """`dirichlet-fl pilot`'s own flags (issue 24 item 13): a bad --timeout, a --workdir that is a file, lies
+    under a file, or cannot be written (/sys refuses a new folder to every user, root included)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    pilot = ["pilot", "--sites", "1", "--rounds", "1"]
+    return [
+        ([*pilot, "--workdir", str(tmp_path / "w"), "--timeout", "-5"], "--timeout"),
+        ([*pilot, "--workdir", str(tmp_path / "w"), "--timeout", "nan"], "--timeout"),
+        ([*pilot, "--workdir", str(tmp_path / "w"), "--timeout", "0"], "--timeout"),
+        ([*pilot, "--workdir", str(blocker)], "--workdir"),
+        ([*pilot, "--workdir", str(blocker / "w")], "--workdir"),
+        ([*pilot, "--workdir", "/sys/dirichlet-fl-pilot-test/w"], "--workdir"),
+    ]
+
+
+def test_bad_pilot_flags_exit_2_naming_the_flag_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv, key in pilot_cases(tmp_path):
+        code, err = exit_code_and_stderr(argv, capsys)
+        assert_one_line_naming(code, err, key)
+        assert "give" in err or "choose" in err, err  # the line says the fix
+    assert not (tmp_path / "w").exists(), "nothing written, nothing started"
+    assert not Path("/sys/dirichlet-fl-pilot-test").exists()

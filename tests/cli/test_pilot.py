@@ -3,8 +3,9 @@ authentication, three sites with their own data files and budgets, two consecuti
 
 Checks what a consortium relies on: the second run's ledgers continue from the first's (same files,
 spending composed), a site whose lifetime budget is spent refuses and the coordinator's run folder
-and the pilot's report say so, an unregistered SuperNode is refused, bad input is one line with exit
-code 2 before anything starts, and no process is left running. Digits data, 2 rounds, tiny steps.
+and the pilot's report say so, a call in which no site trained exits 3, an unregistered SuperNode is
+refused, bad input is one line with exit code 2 before anything starts, and no process is left running.
+Digits data, 1-2 rounds, tiny steps.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def pilot(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict, st
     code = main(["pilot", *args])
     captured = capsys.readouterr()
     out = captured.out.strip()
-    return code, (json.loads(out) if code in (0, 1) and out.startswith("{") else {}), captured.err
+    return code, (json.loads(out) if code in (0, 1, 3) and out.startswith("{") else {}), captured.err
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -73,6 +74,7 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
     assert code == 0, first
     assert first["tls"] and first["authenticated"] and first["status"] == "finished:completed"
     assert first["rounds"] == 2 and first["noise"] == "node secret"
+    assert first["server_status"] == "completed" and first["exit_status"] == 0 and first["ok"]
     assert [site["status"] for site in first["sites"]] == ["trained"] * 3
     for site, target in zip(first["sites"], (1, 2, 1)):
         assert 0 < site["lifetime_epsilon_spent"] <= target and site["runs_in_ledger"] == 1
@@ -82,6 +84,7 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
 
     code, second, _ = pilot(capsys, *args)
     assert code == 0, second
+    assert second["log"] != first["log"] and Path(second["log"]).parent.name == Path(second["run_dir"]).name
     assert [path.read_bytes() for path in sorted((workdir / "keys").iterdir())] == key_bytes  # sites reused
     for before, after in zip(first["sites"][:2], second["sites"][:2]):
         assert after["status"] == "trained" and after["ledger_file"] == before["ledger_file"]
@@ -100,6 +103,20 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
     ledger.write_text("{not json")
     code, _, err = pilot(capsys, *args)
     assert code == 2 and err.count("\n") == 1 and f"ledger file {ledger} is corrupt" in err
+    assert not processes_mentioning(str(workdir))
+
+
+def test_a_pilot_in_which_no_site_trained_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Flower says finished:completed and so does the ServerApp, but the only site refused: exit 3, not 0."""
+    workdir = tmp_path / "w"
+    args = ["--sites", "1", "--rounds", "1", "--workdir", str(workdir), "--lifetime-epsilon", "0.01",
+            "--run-config", RUN, "--timeout", "120", "--json"]  # fmt: skip
+    code, report, err = pilot(capsys, *args)
+    assert code == 3 and report["exit_status"] == 3 and not report["ok"], report
+    assert report["status"] == "finished:completed"
+    [site] = report["sites"]
+    assert site["status"] == "refused" and "lifetime budget spent" in site["reason"] and "\n" not in site["reason"]
+    assert "no site trained in this call" in err
     assert not processes_mentioning(str(workdir))
 
 
