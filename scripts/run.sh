@@ -8,27 +8,70 @@
 # ServerApp failed, so the exit code comes from the server's status line instead:
 #   0 completed, 1 failed (or no status line), 2 bad input, 3 stopped: no client could train.
 #
-# flwr run starts a local SuperLink in the folder it is called from, and Ray's workers import from
-# there before the app bundle: so it is called from .flwr/, which holds no copy of the project, and
-# results-dir and data-root are handed over as absolute paths of this checkout. It submits a snapshot
-# of the app (.flwr/app): Flower 1.42 rewrites the submitted pyproject.toml when it migrates the
-# [tool.flwr.federations] section, and the checkout stays untouched.
+# Its own SuperLink: `flwr run` attaches to whatever answers on 127.0.0.1:39091, which may be another
+# checkout's SuperLink running another checkout's virtualenv. So run.sh starts one in simulation mode on
+# a free port, points flwr at it (FLWR_LOCAL_SUPERLINK_HTTP_API_PORT), waits until the SuperLink's own log
+# says it listens there, and at exit (also on Ctrl-C or an error) stops it and the processes it started,
+# by PID. Its log: .flwr/local-superlink/superlink.log.
+#
+# The SuperLink runs in .flwr/ (FLWR_HOME), because Ray's workers import from their working folder before
+# the app bundle and .flwr/ holds no copy of the project; results-dir and data-root are handed over as
+# absolute paths of this checkout. It runs a snapshot of the app (.flwr/app): Flower 1.42 rewrites the
+# submitted pyproject.toml when it migrates the [tool.flwr.federations] section; the checkout stays untouched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 bash scripts/setup.sh
-export PATH="$ROOT/.venv/bin:$PATH"                           # flwr starts flower-superlink from PATH
-export FLWR_HOME="$ROOT/.flwr"                                 # Flower's config and local SuperLink live here
+export PATH="$ROOT/.venv/bin:$PATH"                           # the SuperLink starts its helpers from PATH
+export FLWR_HOME="$ROOT/.flwr"                                 # Flower's config and this run's SuperLink live here
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1           # use .venv; never `uv sync` from the internet
 export FLWR_TELEMETRY_ENABLED=0
 export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0
+PYTHON="$ROOT/.venv/bin/python"
 NUM_CLIENTS="${NUM_CLIENTS:-10}"
 ARGS=(--federation-config "num-supernodes=$NUM_CLIENTS" --run-config "results-dir='$ROOT/results' data-root='$ROOT/data'" "$@")
-"$ROOT/.venv/bin/dirichlet-fl" check "${ARGS[@]}"
-mkdir -p "$FLWR_HOME"
-PYTHONPATH="$ROOT" "$ROOT/.venv/bin/python" -m cli.staging "$ROOT" "$FLWR_HOME/app"
+"$PYTHON" -m cli.main check "${ARGS[@]}"
+mkdir -p "$FLWR_HOME/local-superlink"
+"$PYTHON" -m cli.staging "$ROOT" "$FLWR_HOME/app"
+
+SUPERLINK_PID=""
+SUPERLINK_LOG="$FLWR_HOME/local-superlink/superlink.log"
 LOG="$(mktemp)"
-trap 'rm -f "$LOG"' EXIT
+
+stop_superlink() {  # SIGTERM to the SuperLink and its descendants (its SuperExec has a session of its own)
+  [ -n "$SUPERLINK_PID" ] || return 0
+  local tree
+  tree="$SUPERLINK_PID $("$PYTHON" -c 'import sys; from cli.processes import descendants
+print(*descendants([int(sys.argv[1])]))' "$SUPERLINK_PID" 2>/dev/null || true)"
+  kill -TERM $tree 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 $tree 2>/dev/null || break; sleep 0.1; done  # 10 s grace
+  kill -KILL $tree 2>/dev/null || true
+  SUPERLINK_PID=""
+}
+
+start_superlink() {  # on a free port; returns 1 if it exited (someone took the port first) or never listened
+  PORT="$("$PYTHON" -c 'from cli.processes import free_port; print(free_port())')"
+  (cd "$FLWR_HOME" && exec setsid "$ROOT/.venv/bin/flower-superlink" --insecure --simulation --isolation subprocess \
+    --disable-runtime-dependency-installation --host 127.0.0.1 --port "$PORT") >"$SUPERLINK_LOG" 2>&1 &
+  SUPERLINK_PID=$!
+  for _ in $(seq 600); do  # 60 s
+    grep -q "Uvicorn running on http://127.0.0.1:$PORT" "$SUPERLINK_LOG" && return 0
+    kill -0 "$SUPERLINK_PID" 2>/dev/null || { SUPERLINK_PID=""; return 1; }
+    sleep 0.1
+  done
+  stop_superlink
+  return 1
+}
+
+trap 'stop_superlink; rm -f "$LOG"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+start_superlink || start_superlink || start_superlink || {
+  echo "run.sh: the SuperLink did not start; see $SUPERLINK_LOG" >&2
+  exit 1
+}
+export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT="$PORT"
+
 set +e
 (cd "$FLWR_HOME" && "$ROOT/.venv/bin/flwr" run "$FLWR_HOME/app" --stream "${ARGS[@]}") 2>&1 | tee "$LOG"
 FLWR_RC="${PIPESTATUS[0]}"
