@@ -3,7 +3,8 @@
 # authentication) and one SuperNode per site, one run of this app, then every process stopped.
 # Arguments go to `dirichlet-fl pilot`, e.g.  scripts/pilot.sh --sites 3 --rounds 15 --json
 # The workdir (certificates, keys, ledgers, results) defaults to ~/.cache/dirichlet-fl/pilot, outside
-# the project: flwr run bundles the project folder. See docs/consortium.md.
+# the project: flwr run bundles the project folder. Exit status: 0 a site trained, 1 the run failed,
+# 2 bad input (or the workdir is in use), 3 the run ended but no site trained. See docs/consortium.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

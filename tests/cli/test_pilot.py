@@ -124,7 +124,8 @@ def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
     federation = Federation(tmp_path / "fed", [], name="auth")
     try:
         with federation, pytest.raises(DeploymentError, match="is not registered"):
-            federation.add_node({"partition-id": 0, "num-partitions": 1}, keys=make_node_keys(tmp_path, 9), register=False)
+            keys = make_node_keys(tmp_path, 9)
+            federation.add_node({"partition-id": 0, "num-partitions": 1}, keys=keys, register=False)
     finally:
         federation.stop()
     assert not federation.alive_pids()
@@ -133,7 +134,10 @@ def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--sites", "2", "--rounds", "1", "--data-files", "/nowhere/site.npz,/nowhere/b.npz"], "--data-files: file not found: /nowhere/site.npz"),
+        (
+            ["--sites", "2", "--rounds", "1", "--data-files", "/nowhere/site.npz,/nowhere/b.npz"],
+            "--data-files: file not found: /nowhere/site.npz",
+        ),
         (["--sites", "2", "--rounds", "1", "--lifetime-epsilon", "1,2,3"], "--lifetime-epsilon='1,2,3' gives 3 values"),
         (["--sites", "2", "--rounds", "1", "--run-config", "target-epsilom=2"], "Key 'target-epsilom' is not present"),
     ],

@@ -51,7 +51,8 @@ def test_the_verdict_is_the_last_status_line_of_this_calls_output() -> None:
         f"INFO :      {STATUS_LINE} stopped-no-client-can-train (no client can train (f(x) = 1)); results in /r/p-1\n"
     )
     assert server_verdict(output) == Verdict("stopped-no-client-can-train", "no client can train (f(x) = 1)")
-    assert server_verdict(output.splitlines()[1]) == Verdict("failed", "cannot write the run folder: [Errno 30] Read-only")
+    read_only = Verdict("failed", "cannot write the run folder: [Errno 30] Read-only")
+    assert server_verdict(output.splitlines()[1]) == read_only
     assert server_verdict("Successfully started run 7\n").status is None
 
 
@@ -63,10 +64,16 @@ def test_the_verdict_is_the_last_status_line_of_this_calls_output() -> None:
             [row(1, 0, "trained"), row(2, 0, "refused", "lifetime budget spent: eps 3 of 3")],
             ("trained", "trained in 1 round(s); then refused in round 2: lifetime budget spent: eps 3 of 3"),
         ),
-        ([row(1, 0, "refused", "lifetime budget spent\n(eps 1)")], ("refused", "refused in round 1: lifetime budget spent (eps 1)")),
+        (
+            [row(1, 0, "refused", "lifetime budget spent\n(eps 1)")],
+            ("refused", "refused in round 1: lifetime budget spent (eps 1)"),
+        ),
         ([row(0, 0, "skipped", "holds 3 examples")], ("refused", "skipped in round 0: holds 3 examples")),
         ([row(1, 0, "spent", "budget spent")], ("refused", "spent in round 1: budget spent")),
-        ([row(1, 0, "failed", "Node Unavailable"), row(2, 0, "excluded")], ("failed", "failed in round 1: Node Unavailable")),
+        (
+            [row(1, 0, "failed", "Node Unavailable"), row(2, 0, "excluded")],
+            ("failed", "failed in round 1: Node Unavailable"),
+        ),
         ([row(1, 1, "trained")], ("failed", "no row for this site in the run's ledger.csv (timed out)")),
         (None, ("failed", "the run wrote no ledger.csv (timed out)")),
     ],
