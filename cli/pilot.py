@@ -219,8 +219,7 @@ def sites_for(args: argparse.Namespace) -> list[Site]:
 def open_ledger(site: Site, config: RunConfig) -> SiteLedger:
     """The site's lifetime ledger for its data, opened exactly as its ClientApp opens it: a corrupt file,
     a file of another data set, or a lifetime budget below what was spent raises ValueError naming it."""
-    from client.client_app import site_ledger
-    from client.site import SitePolicy
+    from client.site import SitePolicy, site_ledger
 
     return site_ledger(SitePolicy.from_node_config(site.node_config), config)
 

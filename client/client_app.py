@@ -6,33 +6,48 @@ past its target eps (an Error reply, so the round goes on without it), and compo
 runs. The round itself lives in client/round.py.
 
 The ledger lives in context.state and in a durable file: on a SuperNode whose node config sets
-`ledger-dir`, the site's lifetime ledger `<ledger-dir>/ledger-<data fingerprint>.json`, which holds
-every run on that data (client/site.py); in simulation `<run-dir>/ledgers/partition-<id>.json`
-(client/ledger_store.py) with the run folder the server sends in the train message's config. The
-file is written ahead (the round's planned steps already composed) before training and rewritten
-with the exact ledger after the round, so that a killed process over-states its spending, never
-under-states it, and a resumed run continues it. An Error reply carries the ledger summary in its
-reason (dirichlet_fl.protocol.error_reason).
+`ledger-dir`, the site's lifetime ledger (client/site_ledger.py), which holds every run on that
+data; in simulation `<run-dir>/ledgers/partition-<id>.json` (client/run_ledger.py) with the run folder
+the server sends in the train message's config. Before the round's first step the file is written
+ahead (the round's planned steps already composed, the state before the round kept beside them);
+after the round the exact ledger replaces it. A killed round leaves its plan, which the next reader
+replaces by the steps it actually composed (client/progress.py): never an under-statement, never a
+round composed twice. A request the site refuses writes nothing. An Error reply carries the ledger
+summary in its reason (dirichlet_fl.protocol.error_reason).
 
-On a SuperNode the node config is the site's policy (client/site.py): it can pin the budget, keep a
-lifetime ledger on disk keyed by the fingerprint of its data, key its noise by a secret that never
-leaves the node, and train on its own data file. The server receives only what aggregation and
-accounting need (docs/consortium.md lists each metric and why).
+On a SuperNode the node config is the site's policy (client/site.py): its budget, delta and
+mechanisms, a lifetime ledger keyed by the fingerprint of its data, noise keyed by a secret that
+never leaves the node and a nonce it draws per run, files private to the site, failure reasons
+without its paths or exact counts. The server receives only what aggregation and accounting need
+(docs/consortium.md lists each metric and why).
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from client.ledger_store import LedgerStore
-from client.round import Client, NodeResources, evaluate_round, ledger_summary, shard_of, train_round
+from client.progress import RoundProgress
+from client.round import NodeResources, evaluate_round, ledger_summary, train_round
+from client.run_ledger import RunLedger
+from client.secret_store import new_nonce, run_noise_key
 from client.secure import aggregation_mod
-from client.site import SiteLedger, SitePolicy, data_fingerprint, node_secret
+from client.site import (
+    SitePolicy,
+    node_secret,
+    on_deployment_engine,
+    protect_site_files,
+    public_reason,
+    site_client,
+    site_ledger,
+)
 from dirichlet_fl.config import RunConfig, parse_run_config
 from dirichlet_fl.protocol import (
     POLICY_REFUSED,
@@ -47,6 +62,8 @@ from dirichlet_fl.protocol import (
 )
 
 STATE_KEY = "privacy"
+NONCE_KEY = "site-noise"
+"""context.state record: the noise nonce this node drew for each run (by run id)."""
 APP_DIR = Path(__file__).resolve().parent.parent
 """The app this ClientApp was loaded from: the submitted bundle, unless a stale copy shadows it."""
 
@@ -54,71 +71,102 @@ app = ClientApp(mods=[aggregation_mod])
 """aggregation_mod: SecAgg+ and client-level clipping when the run asks for them (client/secure.py)."""
 
 
-def _client(policy: SitePolicy, config: RunConfig) -> Client:
-    """This node's partition (or data file) and its budget for this run (the site's target-epsilon wins)."""
-    asked = config.target_epsilon_for(policy.partition_id, policy.num_partitions)
-    return Client(policy.partition_id, policy.num_partitions, policy.target_for(asked), policy.data_file, policy.cache_dir)
+def _site(context: Context) -> tuple[SitePolicy, bool]:
+    """The node's policy, and whether it is a site's (a SuperNode's); a site's files are made private."""
+    deployment = on_deployment_engine()
+    policy = SitePolicy.from_node_config(context.node_config, deployment)
+    if deployment:
+        protect_site_files(policy)
+    return policy, deployment
 
 
-def site_ledger(policy: SitePolicy, config: RunConfig) -> SiteLedger:
-    """The site's lifetime ledger for the data it trains on (policy.ledger_dir must be set); the pilot
-    opens it the same way before it starts anything. Raises ValueError naming a bad ledger file."""
-    client = _client(policy, config)
-    return SiteLedger(
-        Path(policy.ledger_dir), _fingerprint(config, client), policy.delta or config.delta, policy.lifetime_epsilon
-    )
+def _run_nonce(context: Context, node_ledger_nonce: str | None) -> str:
+    """The noise nonce of this run at this node: the one its ledger or its state holds, else a fresh one."""
+    run = str(context.run_id)
+    record = context.state.config_records.get(NONCE_KEY, ConfigRecord())
+    nonce = node_ledger_nonce or (str(record[run]) if run in record else new_nonce())
+    record[run] = nonce
+    context.state[NONCE_KEY] = record
+    return nonce
 
 
-def _node(policy: SitePolicy, config: RunConfig, context: Context) -> NodeResources:
-    """The node's secret and lifetime ledger (when its node config names their folders)."""
+def _node(policy: SitePolicy, config: RunConfig, context: Context) -> tuple[NodeResources, str]:
+    """The node's noise key and lifetime ledger (when its node config names their folders), and the run's
+    nonce: a stored secret keys each run's noise by HMAC(secret, nonce), so runs never share noise."""
     ledger = site_ledger(policy, config) if policy.ledger_dir else None
-    return NodeResources(node_secret(policy, config), ledger, str(context.run_id), policy.aggregation_weight)
+    run_key = str(context.run_id)
+    nonce = _run_nonce(context, None if ledger is None else ledger.nonce(run_key))
+    secret = node_secret(policy, config)
+    if secret is not None and policy.secret_dir:
+        secret = run_noise_key(secret, nonce)
+    return NodeResources(secret, ledger, run_key, policy.aggregation_weight), nonce
 
 
-def _fingerprint(config: RunConfig, client: Client) -> str:
-    """The fingerprint of this client's training data, computed once per process and data."""
-    key = (client.data_file, config.split_spec(client.num_partitions), client.partition_id)
-    if key not in _FINGERPRINTS:
-        shard = shard_of(config, client)
-        _FINGERPRINTS[key] = data_fingerprint(shard.train_x, shard.train_y)
-    return _FINGERPRINTS[key]
-
-
-_FINGERPRINTS: dict[tuple[object, ...], str] = {}
-
-
-def ledger_store(msg: Message, partition_id: int) -> LedgerStore | None:
+def run_ledger(msg: Message, partition_id: int) -> RunLedger | None:
     """A simulated client's durable ledger file, under the run folder the server named in the message;
     None when it named none (the ledger then lives in context.state only)."""
     config = msg.content.config_records.get("config")
     if config is not None and RUN_DIR_KEY in config:
-        return LedgerStore(Path(str(config[RUN_DIR_KEY])) / "ledgers" / f"partition-{partition_id}.json")
+        return RunLedger(Path(str(config[RUN_DIR_KEY])) / "ledgers" / f"partition-{partition_id}.json")
     return None
 
 
-def _saved_mechanism(context: Context, node: NodeResources, store: LedgerStore | None) -> dict[str, Any] | None:
-    """The client's ledger for this run: from the site's lifetime ledger or its run's ledger file when
-    there is one, else from the node's state."""
-    if node.ledger is not None:
-        return node.ledger.current(node.run_key)
-    if store is not None:
-        stored = store.load()
-        return None if stored is None else dict(stored["mechanism"])
-    if STATE_KEY not in context.state:
-        return None
-    return json.loads(str(context.state.config_records[STATE_KEY]["mechanism"]))
+@dataclass
+class _Durable:
+    """Where this client's ledger lives between messages: the site's lifetime ledger, else the run's
+    ledger file, else context.state only (nothing durable)."""
+
+    node: NodeResources
+    run_file: RunLedger | None
+    nonce: str
+    server_round: int
+    progress: RoundProgress | None = None
+
+    def saved(self, context: Context) -> dict[str, Any] | None:
+        """The client's ledger for this run (an interrupted round replaced by what it ran)."""
+        if self.node.ledger is not None:
+            return self.node.ledger.current(self.node.run_key)
+        if self.run_file is not None:
+            return self.run_file.current()
+        if STATE_KEY not in context.state:
+            return None
+        return json.loads(str(context.state.config_records[STATE_KEY]["mechanism"]))
+
+    def write_ahead(self, done: dict[str, Any], planned: dict[str, Any]) -> Callable[[int], None] | None:
+        """Record the round's plan before its first step; returns the round's progress recorder."""
+        if self.node.ledger is not None:
+            self.progress = self.node.ledger.reserve(self.node.run_key, done, planned, self.server_round, self.nonce)
+        elif self.run_file is not None:
+            self.progress = self.run_file.reserve(done, planned, self.server_round)
+        return self.progress
+
+    def commit(self, state: dict[str, Any]) -> None:
+        """Replace the plan by the exact ledger; nothing when nothing was written ahead (a refusal)."""
+        if self.progress is None:
+            return
+        try:
+            if self.node.ledger is not None:
+                self.node.ledger.commit(self.node.run_key, state)
+            elif self.run_file is not None:
+                self.run_file.commit(state, self.server_round)
+        finally:
+            self.progress.finish()
 
 
-def _save(node: NodeResources, store: LedgerStore | None, state: dict[str, Any], server_round: int, complete: bool) -> None:
-    """Write the ledger durably: the site's lifetime ledger, else the run's ledger file (if any)."""
-    if node.ledger is not None:
-        node.ledger.save(node.run_key, state, complete)
-    elif store is not None:
-        store.save({"mechanism": state, "round": server_round, "complete": complete})
-
-
-def _failure(msg: Message, code: int, reason: str) -> Message:
+def _failure(msg: Message, code: int, reason: str, policy: SitePolicy | None = None, site: bool = False) -> Message:
+    """An Error reply; a site logs the full reason and sends it without its paths or exact counts."""
+    if site:
+        print(f"dirichlet-fl site: {reason}", file=sys.stderr, flush=True)
+        reason = public_reason(reason, policy)
     return Message(Error(code, reason), reply_to=msg)
+
+
+def _shown(metrics: dict[str, Any], config: RunConfig, site: bool) -> dict[str, Any]:
+    """The metrics a site sends: in adaptive learning-rate mode the rate encodes the site's un-noised
+    test confidence (dirichlet_fl.task.client_learning_rate), so a site does not send it."""
+    if site and config.learning_rate_mode == "adaptive":
+        return {key: value for key, value in metrics.items() if key != "learning-rate"}
+    return metrics
 
 
 @app.train()
@@ -126,53 +174,54 @@ def train(msg: Message, context: Context) -> Message:
     """Train from the received global weights; reply with weights, loss and the client's cumulative eps.
 
     Every failure becomes one sanitized line in an Error reply (never a traceback)."""
+    policy, site = None, on_deployment_engine()
     try:
         config = parse_run_config(context.run_config)
-        policy = SitePolicy.from_node_config(context.node_config)
-        client = _client(policy, config)
+        policy, site = _site(context)
+        client = site_client(policy, config)
         refusal = policy.refusal(config, config.target_epsilon_for(policy.partition_id, policy.num_partitions))
-        if refusal is not None:
-            return _failure(msg, POLICY_REFUSED, f"client {client.partition_id}: {refusal}")
-        node = _node(policy, config, context)
-        store = None if node.ledger is not None else ledger_store(msg, client.partition_id)
-        saved = _saved_mechanism(context, node, store)
-        weights = arrays_of(msg.content).to_torch_state_dict()
+        if refusal is not None:  # before anything is opened: a refused request writes nothing
+            return _failure(msg, POLICY_REFUSED, f"client {client.partition_id}: {refusal}", policy, site)
+        node, nonce = _node(policy, config, context)
         server_round = int(number(msg.content, "config", "server-round"))
+        durable = _Durable(node, None if node.ledger is not None else run_ledger(msg, client.partition_id),
+                           nonce, server_round)
+        saved = durable.saved(context)
+        weights = arrays_of(msg.content).to_torch_state_dict()
     except ValueError as error:  # a bad node config, data file or ledger file: named, never reset
-        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None))
-
-    def write_ahead(planned: dict[str, Any]) -> None:
-        _save(node, store, planned, server_round, complete=False)
-
+        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None), policy, site)
     try:
-        outcome = train_round(config, client, saved, weights, server_round, write_ahead, node)
+        outcome = train_round(config, client, saved, weights, server_round, durable.write_ahead, node)
     except Exception as error:  # anything unforeseen: one line; the ledger file already holds the steps
-        return _failure(msg, TRAINING_FAILED, error_reason(f"client {client.partition_id}: {one_line(error)}", None))
+        text = f"client {client.partition_id}: {one_line(error)}"
+        return _failure(msg, TRAINING_FAILED, error_reason(text, None), policy, site)
     if outcome.mechanism is not None:  # saved before replying, error or not: the ledger must survive
         state = outcome.mechanism.state_dict()
         context.state[STATE_KEY] = ConfigRecord({"mechanism": json.dumps(state)})
         try:
-            _save(node, store, state, server_round, complete=True)
+            durable.commit(state)
         except (OSError, ValueError) as error:  # the write-ahead record (an over-statement) stays in place
             text = f"client {client.partition_id}: cannot save its ledger: {one_line(error)}"
-            return _failure(msg, TRAINING_FAILED, error_reason(text, ledger_summary(config, client, outcome.mechanism)))
+            summary = ledger_summary(config, client, outcome.mechanism)
+            return _failure(msg, TRAINING_FAILED, error_reason(text, summary), policy, site)
     if outcome.error_code is not None or outcome.weights is None:
-        return _failure(msg, outcome.error_code or TRAINING_FAILED, outcome.reason)
-    content = RecordDict({"arrays": ArrayRecord(outcome.weights), "metrics": MetricRecord(outcome.metrics)})
+        return _failure(msg, outcome.error_code or TRAINING_FAILED, outcome.reason, policy, site)
+    metrics = MetricRecord(_shown(dict(outcome.metrics), config, site))
+    content = RecordDict({"arrays": ArrayRecord(outcome.weights), "metrics": metrics})
     return Message(content=content, reply_to=msg)
 
 
 @app.evaluate()
 def evaluate_locally(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the received global model on this client's local test share."""
+    policy, site = None, on_deployment_engine()
     try:
         config = parse_run_config(context.run_config)
-        policy = SitePolicy.from_node_config(context.node_config)
-        client = _client(policy, config)
+        policy, site = _site(context)
         node = NodeResources(aggregation_weight=policy.aggregation_weight)
-        metrics = evaluate_round(config, client, arrays_of(msg.content).to_torch_state_dict(), node)
+        metrics = evaluate_round(config, site_client(policy, config), arrays_of(msg.content).to_torch_state_dict(), node)
     except Exception as error:
-        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None))
+        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None), policy, site)
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
@@ -181,7 +230,9 @@ def describe(msg: Message, context: Context) -> Message:
     """Which partition this node holds: the server samples clients by partition id, reproducibly.
 
     Refuses when this process loaded other client code than the server's (a stale checkout shadowing
-    the submitted app), so that a run never silently trains with code nobody submitted."""
+    the submitted app), so that a run never silently trains with code nobody submitted, and when the
+    node config is not a valid site policy (e.g. a SuperNode without `secret-dir`)."""
+    site = on_deployment_engine()
     expected = str(msg.content.config_records["config"]["code"])
     loaded = code_fingerprint(APP_DIR)
     if loaded != expected:
@@ -190,10 +241,10 @@ def describe(msg: Message, context: Context) -> Message:
             "a checkout on the worker's path shadows the bundle; start the SuperLink from a folder that holds "
             "no copy of this project (scripts/run.sh does)"
         )
-        return Message(Error(SETUP_FAILED, reason), reply_to=msg)
+        return _failure(msg, SETUP_FAILED, reason, None, site)
     try:
-        policy = SitePolicy.from_node_config(context.node_config)
+        policy = SitePolicy.from_node_config(context.node_config, site)
     except ValueError as error:
-        return Message(Error(SETUP_FAILED, one_line(error)), reply_to=msg)
+        return _failure(msg, SETUP_FAILED, one_line(error), None, site)
     node = MetricRecord({"partition-id": policy.partition_id, "num-partitions": policy.num_partitions})
     return Message(content=RecordDict({"node": node}), reply_to=msg)

@@ -1,35 +1,76 @@
-"""A client's durable privacy ledger: one JSON file per client, so that its spending survives a
-restart of the client, of its process or of the whole run (a resumed run continues it).
+"""A durable privacy-ledger file: one JSON object, written atomically, private, locked, optionally signed.
 
 The file is written atomically and durably (dirichlet_fl.files: temporary file, fsync, os.replace)
-with mode 0600: it is this client's record, nobody else's. A file that exists but cannot be read
-or parsed raises LedgerFileError naming the file; it is never silently reset to an empty ledger,
-which would let the client spend its budget twice.
+with mode 0600. Every read-compose-write of it runs under an exclusive `fcntl.flock` on a lock file
+beside it (`.<name>.lock`), so that two processes sharing a ledger (two runs at one site) never
+lose each other's steps. With a key (a site's ledger: client/secret_store.py derives it from the node
+secret) the object carries an HMAC-SHA256 of its canonical JSON, and a file edited by anyone without
+the secret is refused. A file that exists but cannot be read, parsed or authenticated raises
+LedgerFileError naming the file; it is never silently reset, which would let a client spend twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import hmac
 import json
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from dirichlet_fl.files import write_atomically
 
 LEDGER_FILE_MODE = 0o600
+MAC_FIELD = "hmac"
+"""The field holding the HMAC of the rest of the object (hex), in a signed ledger file."""
 
 
 class LedgerFileError(ValueError):
     """The ledger file exists but cannot be read back; its message names the file and the fix."""
 
 
+def canonical(state: dict[str, Any]) -> bytes:
+    """The bytes an HMAC covers: sorted keys, no spaces, no NaN (one encoding per object)."""
+    return json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
 class LedgerStore:
-    """load() and save() one client's ledger state (a JSON object) at `path`."""
+    """load() and save() one ledger (a JSON object) at `path`; signed when `key` is given."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, key: bytes | None = None) -> None:
         self.path = Path(path)
+        self.key = key
 
-    def load(self) -> dict[str, Any] | None:
-        """The stored state, or None when no file exists yet (a client that never trained here)."""
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(f".{self.path.name}.lock")
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the exclusive lock of this ledger (blocking): one reader-writer at a time, across processes."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        descriptor = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, LEDGER_FILE_MODE)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(descriptor)  # closing releases the lock
+
+    def update(self, compose: Callable[[dict[str, Any] | None], dict[str, Any]]) -> dict[str, Any]:
+        """Read, compose and write under the lock: `compose(stored or None)` returns the new object."""
+        with self.locked():
+            state = compose(self.load())
+            self.save(state)
+            return state
+
+    def load(self, unsigned_schema: int | None = None) -> dict[str, Any] | None:
+        """The stored object (its HMAC checked and removed), or None when no file exists yet.
+
+        `unsigned_schema`: accept a file without an HMAC if its `schema` is this one (written before
+        ledgers were signed)."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -45,9 +86,35 @@ class LedgerStore:
             ) from None
         if not isinstance(state, dict):
             raise LedgerFileError(f"ledger file {self.path} holds no JSON object; restore it from a backup")
+        if self.key is not None:
+            self._verify(state, unsigned_schema)
         return state
 
-    def save(self, state: dict[str, Any]) -> None:
-        """Replace the stored state atomically (the folder is created if needed)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, (json.dumps(state, allow_nan=False) + "\n").encode(), LEDGER_FILE_MODE)
+    def _verify(self, state: dict[str, Any], unsigned_schema: int | None) -> None:
+        """Remove and check the HMAC field; an edit by anyone without the key is refused, loudly."""
+        mac = state.pop(MAC_FIELD, None)
+        if mac is None and unsigned_schema is not None and state.get("schema") == unsigned_schema:
+            return
+        try:
+            expected = self.digest(state)
+        except ValueError:
+            expected = ""
+        if not isinstance(mac, str) or not hmac.compare_digest(mac, expected):
+            raise LedgerFileError(
+                f"ledger file {self.path} was changed by someone without this node's secret (its HMAC does not "
+                "match): restore it from a backup; the site will not train on an edited ledger"
+            )
+
+    def digest(self, state: dict[str, Any]) -> str:
+        """The HMAC-SHA256 (hex) of `state` under this store's key."""
+        if self.key is None:
+            raise ValueError(f"ledger file {self.path} is not signed: it has no key")
+        return hmac.new(self.key, canonical(state), hashlib.sha256).hexdigest()
+
+    def save(self, state: dict[str, Any]) -> str | None:
+        """Replace the stored object atomically (the folder is created 0700 if needed); returns its HMAC."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        mac = None if self.key is None else self.digest(state)
+        stored = state if mac is None else {**state, MAC_FIELD: mac}
+        write_atomically(self.path, (json.dumps(stored, allow_nan=False) + "\n").encode(), LEDGER_FILE_MODE)
+        return mac

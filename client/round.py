@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from client.site import SiteLedger
+from client.site_ledger import SiteLedger
 from client.training import make_optimizer, train_locally
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import ImageData, dataset_num_classes
@@ -156,13 +156,15 @@ def train_round(
     saved: dict[str, Any] | None,
     weights: dict[str, Tensor],
     server_round: int,
-    write_ahead: Callable[[dict[str, Any]], None] | None = None,
+    write_ahead: Callable[[dict[str, Any], dict[str, Any]], Callable[[int], None] | None] | None = None,
     node: NodeResources | None = None,
 ) -> RoundOutcome:
     """One round of local training from the global `weights`; never raises for a client-side failure.
 
-    `write_ahead(state)`, if given, durably stores the ledger with the whole round's steps already
-    composed before the first step runs; if it fails, the round is not trained. With a lifetime
+    `write_ahead(done, planned)`, if given, durably stores the ledger with the whole round's steps already
+    composed before the first step runs (`done`: the state before the round) and returns what records the
+    round's progress (called with the steps composed so far, before each step); if it fails, the round is
+    not trained. With a lifetime
     ledger (`node.ledger`), a new run is calibrated for what the site's lifetime budget still allows,
     and a round that would take the site past it is refused."""
     node = node or NodeResources()
@@ -190,8 +192,7 @@ def train_round(
             return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, summary))
         nonce += sum(restore_mechanism(state).steps for state in ledger.prior(node.run_key))
     try:
-        if write_ahead is not None:
-            write_ahead(planned)
+        progress = None if write_ahead is None else write_ahead(mechanism.state_dict(), planned)
         model = build_run_model(config, data).to(shard.train_x.device)
         load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard)
@@ -199,8 +200,10 @@ def train_round(
         generator = client_generator(config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce)
         mean_loss = train_locally(
             wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate, generator,
-            augmentation(config),
+            augmentation(config), on_step=progress,
         )
+    except LifetimeBudgetSpent as error:  # write_ahead's locked re-check: another run at the site trained meanwhile
+        return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", summary))
     except Exception as error:  # the ledger survives: every step was composed before it ran
         text = f"{label}: training failed: {one_line(error)}"
         return RoundOutcome(

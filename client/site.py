@@ -1,46 +1,59 @@
-"""What a site (a SuperNode) decides for itself: its policy, its noise secret and its lifetime ledger.
+"""What a site (a SuperNode) decides for itself: its policy, its data's identity, what it discloses.
 
 The coordinator writes the run config; a site writes its node config, and the site's word wins:
 
 - `target-epsilon` is the site's budget for a run, whatever the run config asks; without it the
   run's ask is used, but never above `max-target-epsilon`; `delta` is the largest delta the site
-  accepts and `alpha` the only alpha it trains with. A run asking for more is refused (POLICY_REFUSED)
-  with a reason naming the key.
-- `secret-dir` (default: `ledger-dir`) holds the node's noise secret, 32 bytes of OS entropy
-  created on the node's first start (mode 0600): every random draw of its privacy mechanism is
-  keyed by it (dirichlet_fl.task.client_generator) and it never leaves the node.
-- `ledger-dir` holds the site's lifetime ledger, one file per training data set, named by the
-  data's fingerprint: every run that trained on the same data, composed on one RDP curve
-  (privacy/lifetime.py) and checked against `lifetime-epsilon` at the ledger's delta.
-- `data-file` is the site's own data (an .npz in medmnist's layout), `aggregation-weight` the weight
-  the site sends instead of its example count, `cache-dir` where it caches its partition's shard
-  between the processes Flower starts for each message.
+  accepts (and its lifetime ledger's), `alpha` the only alpha it trains with, `allowed-mechanisms`
+  the mechanisms it trains with. A run asking for more is refused (POLICY_REFUSED), naming the key.
+- On the Deployment Engine a site that sets none of them is still protected: `delta` defaults to
+  DEFAULT_SITE_DELTA and `allowed-mechanisms` to the private ones, and a node without `secret-dir`
+  is refused unless it opts out with `insecure-noise=true` (noise then reproducible from the run's
+  seed, which the coordinator knows). In simulation the node config is Flower's own, not a site's.
+- `secret-dir` (default: `ledger-dir`) holds the node's secret (client/secret_store.py), `ledger-dir`
+  the lifetime ledger of each data set it trains on (client/site_ledger.py), keyed by the
+  fingerprint of the data; `data-file` is the site's own data, `aggregation-weight` the weight it
+  sends instead of its example count, `cache-dir` where it caches its partition between processes.
+- A failure reason sent to the coordinator names no site path and no exact example count.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import os
+import re
 import secrets
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.ledger_store import LedgerFileError, LedgerStore
+from client.round import Client, shard_of
+from client.secret_store import SECRET_BYTES, stored_secret
+from client.site_ledger import SiteLedger
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.protocol import LEDGER_MARK
 from privacy.checks import check_in_open_interval, check_integer, check_positive
-from privacy.lifetime import lifetime_epsilon
+from privacy.registry import MECHANISMS
 
 NODE_KEYS = (
     "partition-id", "num-partitions", "data-file", "target-epsilon", "max-target-epsilon", "lifetime-epsilon",
-    "delta", "alpha", "ledger-dir", "secret-dir", "cache-dir", "aggregation-weight",
+    "delta", "alpha", "allowed-mechanisms", "ledger-dir", "secret-dir", "insecure-noise", "cache-dir",
+    "aggregation-weight",
 )  # fmt: skip
-"""Every node-config key a site may set (README.md's node-config table; docs/consortium.md)."""
-SECRET_FILE = "node-secret"
-SECRET_BYTES = 32
-LEDGER_SCHEMA = 1
+"""Every node-config key a site may set (docs/consortium.md's node-config table)."""
+SITE_MECHANISMS = ("dirichlet", "dpsgd")
+"""A site's `allowed-mechanisms` on the Deployment Engine unless it sets its own: the private ones."""
+DEFAULT_SITE_DELTA = 1e-5
+"""A site's `delta` on the Deployment Engine unless it sets its own (the app's default run delta)."""
+SITE_PATH_KEYS = ("data-file", "ledger-dir", "secret-dir", "cache-dir")
+
+
+def on_deployment_engine() -> bool:
+    """Whether this process is a SuperNode's ClientApp process (Flower's `flwr-clientapp`, which imports
+    its runtime module to pull the message), not a simulation's actor or a test."""
+    return "flwr.supernode.runtime.run_clientapp" in sys.modules
 
 
 @dataclass(frozen=True)
@@ -55,14 +68,17 @@ class SitePolicy:
     lifetime_epsilon: float | None = None
     delta: float | None = None
     alpha: float | None = None
+    allowed_mechanisms: tuple[str, ...] | None = None
     ledger_dir: str = ""
     secret_dir: str = ""
+    insecure_noise: bool = False
     cache_dir: str = ""
     aggregation_weight: float | None = None
 
     @classmethod
-    def from_node_config(cls, node_config: Mapping[str, Any]) -> SitePolicy:
-        """Parse a node config; a ValueError names the first unknown or invalid key."""
+    def from_node_config(cls, node_config: Mapping[str, Any], deployment: bool = False) -> SitePolicy:
+        """Parse a node config (`deployment`: a site's, with the site defaults); a ValueError names the
+        first unknown or invalid key."""
         unknown = sorted(set(node_config) - set(NODE_KEYS))
         if unknown:
             raise ValueError(f"unknown node-config keys {unknown}; valid keys: {', '.join(NODE_KEYS)}")
@@ -73,7 +89,8 @@ class SitePolicy:
         def positive(key: str) -> float | None:
             return check_positive(key, node_config[key]) if key in node_config else None
 
-        delta = node_config.get("delta")
+        delta = node_config.get("delta", DEFAULT_SITE_DELTA if deployment else None)
+        mechanisms = node_config.get("allowed-mechanisms", ",".join(SITE_MECHANISMS) if deployment else None)
         policy = cls(
             partition_id=check_integer("partition-id", int(node_config["partition-id"]), 0),
             num_partitions=check_integer("num-partitions", int(node_config["num-partitions"]), 1),
@@ -83,14 +100,21 @@ class SitePolicy:
             lifetime_epsilon=positive("lifetime-epsilon"),
             delta=None if delta is None else check_in_open_interval("delta", delta, 0.0, 1.0),
             alpha=positive("alpha"),
+            allowed_mechanisms=None if mechanisms is None else _mechanisms(mechanisms),
             ledger_dir=str(node_config.get("ledger-dir", "")),
             secret_dir=str(node_config.get("secret-dir", node_config.get("ledger-dir", ""))),
+            insecure_noise=_flag("insecure-noise", node_config.get("insecure-noise", False)),
             cache_dir=str(node_config.get("cache-dir", "")),
             aggregation_weight=positive("aggregation-weight"),
         )
         if policy.partition_id >= policy.num_partitions:
             raise ValueError(
                 f"partition-id={policy.partition_id} is out of range: it must lie in [0, {policy.num_partitions})"
+            )
+        if deployment and not policy.secret_dir and not policy.insecure_noise:
+            raise ValueError(
+                "node config: secret-dir is not set: a site's noise must be keyed by its own secret; set "
+                "secret-dir to a private folder (or insecure-noise=true for noise the coordinator can rebuild)"
             )
         return policy
 
@@ -99,51 +123,67 @@ class SitePolicy:
         if self.target_epsilon is None and self.max_target_epsilon is not None and asked_epsilon > self.max_target_epsilon:
             return f"site policy: the run asks target-epsilon={asked_epsilon:g} above this site's max-target-epsilon={self.max_target_epsilon:g}"
         if self.delta is not None and config.delta > self.delta:
-            return f"site policy: the run asks delta={config.delta:g} above this site's delta={self.delta:g}"
+            return f"site policy: the run asks delta={config.delta:g} above this site's delta={self.delta:g} (node-config key delta)"
         if self.alpha is not None and config.alpha != self.alpha:
             return f"site policy: the run asks alpha={config.alpha:g}; this site trains with alpha={self.alpha:g} only"
+        if self.allowed_mechanisms is not None and config.mechanism not in self.allowed_mechanisms:
+            return (
+                f"site policy: the run asks mechanism={config.mechanism!r}; this site trains with "
+                f"{','.join(self.allowed_mechanisms)} only (node-config key allowed-mechanisms)"
+            )
         return None
 
     def target_for(self, asked_epsilon: float) -> float:
         """The run's budget at this site: the site's own target-epsilon if set, else the run's ask."""
         return self.target_epsilon if self.target_epsilon is not None else asked_epsilon
 
+    def paths(self) -> dict[str, str]:
+        """The site's own paths by node-config key (those it set)."""
+        values = (self.data_file, self.ledger_dir, self.secret_dir, self.cache_dir)
+        return {key: value for key, value in zip(SITE_PATH_KEYS, values) if value}
+
+
+def _mechanisms(value: object) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in str(value).split(",") if name.strip())
+    wrong = [name for name in names if name not in MECHANISMS]
+    if not names or wrong:
+        raise ValueError(
+            f"allowed-mechanisms={value!r} is invalid: give a comma-separated list of {', '.join(MECHANISMS)}"
+        )
+    return names
+
+
+def _flag(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}={value!r} is invalid: it must be true or false")
+    return value
+
+
+def site_client(policy: SitePolicy, config: RunConfig) -> Client:
+    """This node's partition (or data file) and its budget for this run (the site's target-epsilon wins)."""
+    asked = config.target_epsilon_for(policy.partition_id, policy.num_partitions)
+    return Client(policy.partition_id, policy.num_partitions, policy.target_for(asked), policy.data_file, policy.cache_dir)
+
 
 def node_secret(policy: SitePolicy, config: RunConfig) -> bytes | None:
     """The key of this node's privacy randomness, or None for noise reproducible from the run's seed.
 
-    A node with `secret-dir` (or `ledger-dir`) reads `<dir>/node-secret`, creating it from OS entropy
-    on first use (mode 0600, never overwritten); a simulation with `secure-noise=true` draws a fresh
-    OS-entropy key for every message (nothing stored: nothing to leak, nothing to reproduce)."""
+    A node with `secret-dir` (or `ledger-dir`) reads its stored secret (client/secret_store.py); a
+    simulation with `secure-noise=true` draws a fresh OS-entropy key for every message (nothing stored:
+    nothing to leak, nothing to reproduce)."""
     if policy.secret_dir:
-        return _stored_secret(Path(policy.secret_dir) / SECRET_FILE)
+        return stored_secret(Path(policy.secret_dir))
     if config.secure_noise:
         return secrets.token_bytes(SECRET_BYTES)
     return None
 
 
-def _stored_secret(path: Path) -> bytes:
-    """Read the node secret at `path`, creating it once (O_EXCL: two processes never write two secrets)."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process of this node created it first: read theirs
-        else:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_hex(SECRET_BYTES) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-    try:
-        text = path.read_text().strip()
-        secret = bytes.fromhex(text)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"node secret {path} is unreadable ({type(error).__name__}); restore it or remove it") from None
-    if len(secret) != SECRET_BYTES:
-        raise ValueError(f"node secret {path} holds {len(secret)} bytes, not {SECRET_BYTES}; restore it or remove it")
-    os.chmod(path, 0o600)
-    return secret
+def site_ledger(policy: SitePolicy, config: RunConfig) -> SiteLedger:
+    """The site's lifetime ledger for the data it trains on (policy.ledger_dir must be set); the pilot
+    opens it the same way before it starts anything. Raises ValueError naming a bad ledger file."""
+    fingerprint = _fingerprint(config, site_client(policy, config))
+    delta = policy.delta or config.delta
+    return SiteLedger(Path(policy.ledger_dir), fingerprint, delta, policy.lifetime_epsilon, Path(policy.secret_dir))
 
 
 def data_fingerprint(*tensors: Any) -> str:
@@ -156,75 +196,53 @@ def data_fingerprint(*tensors: Any) -> str:
     return digest.hexdigest()
 
 
-class SiteLedger:
-    """Every run a site trained on one data set: `{fingerprint, delta, lifetime_epsilon, runs: {run: state}}`.
-
-    The file is `<ledger-dir>/ledger-<fingerprint[:16]>.json`; its content repeats the full fingerprint,
-    and a file whose fingerprint differs (copied from another data set) is refused, never reused."""
-
-    def __init__(self, ledger_dir: Path, fingerprint: str, delta: float, lifetime: float | None) -> None:
-        self.store = LedgerStore(ledger_dir / f"ledger-{fingerprint[:16]}.json")
-        self.fingerprint = fingerprint
-        self.lifetime = lifetime
-        self.delta = delta
-        self.runs: dict[str, dict[str, Any]] = {}
-        stored = self.store.load()
-        if stored is None:
-            return
-        try:
-            if stored.get("schema") != LEDGER_SCHEMA:
-                raise LedgerFileError(f"ledger file {self.store.path}: unknown schema {stored.get('schema')!r}")
-            if stored["data_fingerprint"] != fingerprint:
-                raise LedgerFileError(
-                    f"ledger file {self.store.path} belongs to another data set (fingerprint "
-                    f"{str(stored['data_fingerprint'])[:16]}, this site's data {fingerprint[:16]}): refusing to reuse it"
-                )
-            self.delta = float(stored["delta"])
-            self.runs = {str(k): dict(v) for k, v in stored["runs"].items()}
-            spent = self.spent()
-        except (KeyError, TypeError, AttributeError) as error:
-            raise LedgerFileError(f"ledger file {self.store.path} is malformed (missing {error}); restore it") from None
-        except LedgerFileError:
-            raise
-        except ValueError as error:  # a state the accountant cannot compose: refused loudly
-            raise LedgerFileError(f"ledger file {self.store.path}: cannot compose its runs: {error}") from None
-        if lifetime is not None and spent > lifetime:
-            raise ValueError(
-                f"ledger file {self.store.path}: lifetime-epsilon={lifetime:g} is below what this site already "
-                f"spent on this data: eps {spent:.4f} (delta={self.delta:g})"
-            )
-
-    def prior(self, run_key: str) -> list[dict[str, Any]]:
-        """The mechanism states of every other run on this data."""
-        return [entry["state"] for key, entry in self.runs.items() if key != run_key]
-
-    def current(self, run_key: str) -> dict[str, Any] | None:
-        entry = self.runs.get(run_key)
-        return None if entry is None else dict(entry["state"])
-
-    def spent(self, extra: list[dict[str, Any]] | None = None, without: str | None = None) -> float:
-        """Lifetime eps at the ledger's delta of every run (one run replaced by `extra` if given)."""
-        states = [entry["state"] for key, entry in self.runs.items() if key != without] + (extra or [])
-        return lifetime_epsilon(states, self.delta)
-
-    def allows(self, run_key: str, planned: dict[str, Any]) -> bool:
-        """Whether this run's state `planned` keeps the lifetime spend within lifetime-epsilon."""
-        return self.lifetime is None or self.spent([planned], without=run_key) <= self.lifetime
-
-    def save(self, run_key: str, state: dict[str, Any], complete: bool) -> None:
-        """Record run `run_key`'s ledger (write-ahead with complete=False, exact after the round)."""
-        self.runs[run_key] = {"state": state, "complete": complete}
-        self.store.save(
-            {
-                "schema": LEDGER_SCHEMA,
-                "data_fingerprint": self.fingerprint,
-                "delta": self.delta,
-                "lifetime_epsilon": self.lifetime if self.lifetime is not None else None,
-                "lifetime_epsilon_spent": _finite(self.spent()),
-                "runs": self.runs,
-            }
-        )
+def _fingerprint(config: RunConfig, client: Client) -> str:
+    """The fingerprint of this client's training data, computed once per process and data."""
+    key = (client.data_file, config.split_spec(client.num_partitions), client.partition_id)
+    if key not in _FINGERPRINTS:
+        shard = shard_of(config, client)
+        _FINGERPRINTS[key] = data_fingerprint(shard.train_x, shard.train_y)
+    return _FINGERPRINTS[key]
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+_FINGERPRINTS: dict[tuple[object, ...], str] = {}
+
+
+def protect_site_files(policy: SitePolicy) -> None:
+    """On a SuperNode: whatever this ClientApp process creates is 0600 (folders 0700), and the site's
+    folders (secret, ledgers, the cache of raw data) and its cached shards are private to the site."""
+    os.umask(0o077)
+    for folder in (policy.secret_dir, policy.ledger_dir, policy.cache_dir):
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(folder, 0o700)
+    if policy.cache_dir:
+        for cached in Path(policy.cache_dir).glob("shard-*.pt"):
+            os.chmod(cached, 0o600)
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.<>-])/[^\s'\"<>:,;()]+")
+_COUNT = re.compile(r"\b(\d+)((?: [a-z]+){0,2} examples)\b")
+_COUNT_CONTEXT = r"\b(below|above|than|least|of) {}\b"
+
+
+def _about(count: int) -> str:
+    return "<10" if count < 10 else f"~{10 * round(count / 10)}"
+
+
+def public_reason(reason: str, policy: SitePolicy | None) -> str:
+    """A failure reason as the coordinator may read it: the site's paths (and any other absolute path)
+    replaced by their key, exact example counts by "<10" or a multiple of ten. The ledger summary that
+    follows the line (dirichlet_fl.protocol.error_reason) is kept: it holds what the metrics hold."""
+    line, mark, ledger = reason.rpartition(LEDGER_MARK)
+    if not mark:
+        line, ledger = reason, ""
+    paths = {} if policy is None else policy.paths()
+    for key, value in sorted(paths.items(), key=lambda item: -len(item[1])):
+        line = line.replace(value, f"<{key}>")
+    line = _ABSOLUTE_PATH.sub("<path>", line)
+    counts = {int(match.group(1)) for match in _COUNT.finditer(line)}
+    line = _COUNT.sub(lambda match: _about(int(match.group(1))) + match.group(2), line)
+    for count in counts:
+        line = re.sub(_COUNT_CONTEXT.format(count), lambda match: f"{match.group(1)} {_about(count)}", line)
+    return line + mark + ledger

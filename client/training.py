@@ -34,15 +34,19 @@ def train_locally(
     sample_rate: float,
     generator: torch.Generator,
     augment: Callable[[Tensor, torch.Generator], Tensor] | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> float:
     """Run `steps` Poisson-sampled steps, composing each into the mechanism's ledger before it runs,
-    so that the ledger holds every step that released anything even if training fails midway.
+    so that the ledger holds every step that released anything even if training fails midway;
+    `on_step(k)`, if given, is told before step k runs (a round's progress file, client/progress.py).
     Returns the mean loss over the non-empty batches (nan when every batch was empty)."""
     model.train()
     loss_sum = torch.zeros((), device=inputs.device)
     updates = 0
-    for _ in range(steps):
+    for step in range(steps):
         mechanism.record(1)
+        if on_step is not None:
+            on_step(step + 1)
         index = poisson_sample(labels.shape[0], sample_rate, generator, inputs.device)
         batch = inputs[index]
         if augment is not None and index.numel() > 0:

@@ -38,3 +38,34 @@ def test_a_failed_save_leaves_the_old_file(tmp_path, monkeypatch: pytest.MonkeyP
         store.save({"steps": 2})
     assert store.load() == {"steps": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["partition-0.json"]
+
+
+def test_a_signed_file_refuses_any_edit_and_any_other_key(tmp_path) -> None:
+    store = LedgerStore(tmp_path / "ledger.json", key=b"k" * 32)
+    store.save({"steps": 7, "delta": 1e-5})
+    assert store.load() == {"steps": 7, "delta": 1e-5}
+    text = store.path.read_text()
+    store.path.write_text(text.replace('"steps": 7', '"steps": 6'))
+    with pytest.raises(LedgerFileError, match=f"ledger file {store.path} was changed by someone without"):
+        store.load()
+    store.path.write_text(text)
+    with pytest.raises(LedgerFileError, match="HMAC does not match"):
+        LedgerStore(store.path, key=b"x" * 32).load()
+    assert LedgerStore(store.path).load() is not None  # an unsigned reader (simulation) does not check
+
+
+def test_the_lock_is_exclusive_across_open_files_and_private(tmp_path) -> None:
+    import fcntl
+    import os
+
+    store = LedgerStore(tmp_path / "ledger.json")
+    with store.locked():
+        descriptor = os.open(store.lock_path, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(descriptor)
+    assert store.lock_path.stat().st_mode & 0o777 == 0o600
+    assert store.update(lambda stored: {"n": (stored or {"n": 0})["n"] + 1}) == {"n": 1}
+    assert store.update(lambda stored: {"n": (stored or {"n": 0})["n"] + 1}) == {"n": 2}

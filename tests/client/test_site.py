@@ -15,7 +15,8 @@ from flwr.app import ArrayRecord, Context, RecordDict
 from flwr.common.config import get_fused_config_from_dir
 
 import client.client_app as client_app
-from client.site import SiteLedger, SitePolicy, node_secret
+from client.site import SitePolicy, node_secret, public_reason
+from client.site_ledger import SiteLedger
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import load_dataset, write_site_file
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, POLICY_REFUSED, SETUP_FAILED
@@ -46,16 +47,34 @@ def weights(reply) -> dict[str, torch.Tensor]:
     return reply.content["arrays"].to_torch_state_dict()
 
 
+def same(first, second) -> bool:
+    return all(torch.equal(a, b) for a, b in zip(weights(first).values(), weights(second).values()))
+
+
 def test_two_nodes_with_the_same_run_config_draw_different_noise(tmp_path: Path) -> None:
     first = train(context({"secret-dir": str(tmp_path / "a")}))
     second = train(context({"secret-dir": str(tmp_path / "b")}))
-    assert not all(torch.equal(first_w, second_w) for first_w, second_w in zip(weights(first).values(), weights(second).values()))
+    assert not same(first, second)
     assert first.content["metrics"]["node-secret"] == 1
     secret = tmp_path / "a" / "node-secret"
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
-    again = train(context({"secret-dir": str(tmp_path / "a")}))  # the same node keeps its secret
-    assert secret.read_text() == (tmp_path / "a" / "node-secret").read_text()
-    assert all(torch.equal(a, b) for a, b in zip(weights(first).values(), weights(again).values()))
+    before = secret.read_text()
+    train(context({"secret-dir": str(tmp_path / "a")}))
+    assert secret.read_text() == before  # the same node keeps its secret
+
+
+def test_the_same_node_never_repeats_its_noise_in_another_run(tmp_path: Path) -> None:
+    """Without ledger-dir the run id, round and steps are the same in every run: the nonce the site draws
+    per run (kept in the node's state) is what keeps the noise fresh."""
+    node = {"secret-dir": str(tmp_path)}
+    first_run, second_run = context(node, run_id=1), context(node, run_id=1)  # two runs, same everything
+    first, second = train(first_run), train(second_run)
+    assert not same(first, second)
+    nonce = first_run.state["site-noise"]["1"]
+    assert len(str(nonce)) == 32 and nonce != second_run.state["site-noise"]["1"]
+    again = context(node, run_id=1)
+    again.state["site-noise"] = first_run.state["site-noise"]  # the same run, a later process
+    assert same(train(again), first)
 
 
 def test_without_a_secret_the_seed_reproduces_a_round_exactly_and_secure_noise_does_not() -> None:
@@ -77,16 +96,66 @@ def test_a_corrupt_secret_is_named_never_replaced(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("node", "run", "match"),
     [
-        ({"max-target-epsilon": 2.0}, {"target-epsilon": 1e9}, "target-epsilon=1e\\+09 above this site's max-target-epsilon=2"),
-        ({"delta": 1e-6}, {}, "delta=1e-05 above this site's delta=1e-06"),
+        ({"max-target-epsilon": 2.0}, {"target-epsilon": 1e9}, "target-epsilon=1e+09 above this site's max-target-epsilon=2"),
+        ({"delta": 1e-6}, {}, "delta=1e-05 above this site's delta=1e-06 (node-config key delta)"),
         ({"alpha": 2.0}, {}, "alpha=3; this site trains with alpha=2 only"),
+        ({"allowed-mechanisms": "dpsgd"}, {}, "mechanism='dirichlet'; this site trains with dpsgd only "
+                                             "(node-config key allowed-mechanisms)"),
     ],
 )
 def test_a_run_asking_more_than_the_site_allows_is_refused(node: dict, run: dict, match: str) -> None:
     reply = train(context(node, run))
     assert reply.has_error() and reply.error.code == POLICY_REFUSED
-    assert reply.error.reason.startswith("client 0: site policy:") and pytest.approx(0) == 0
-    assert match.replace("\\", "") in reply.error.reason
+    assert reply.error.reason.startswith("client 0: site policy:")
+    assert match in reply.error.reason
+
+
+@pytest.mark.parametrize(
+    ("run", "match"),
+    [
+        ({"delta": 0.5}, "the run asks delta=0.5 above this site's delta=1e-05 (node-config key delta)"),
+        ({"mechanism": "none"}, "mechanism='none'; this site trains with dirichlet,dpsgd only "
+                                "(node-config key allowed-mechanisms)"),
+    ],
+)
+def test_a_site_that_sets_no_policy_still_refuses_a_weaker_guarantee(
+    tmp_path: Path, on_a_supernode: None, run: dict, match: str
+) -> None:
+    """On the Deployment Engine a site's defaults hold: delta <= 1e-5, private mechanisms only; the refused
+    request writes nothing to the lifetime ledger."""
+    node = {"ledger-dir": str(tmp_path / "ledgers"), "lifetime-epsilon": 3.0}
+    assert not train(context(node, run_id=1)).has_error()
+    ledger_file = next((tmp_path / "ledgers").glob("ledger-*.json"))
+    before = ledger_file.read_bytes()
+    reply = train(context(node, run, run_id=2))
+    assert reply.has_error() and reply.error.code == POLICY_REFUSED and match in reply.error.reason
+    assert ledger_file.read_bytes() == before
+
+
+def test_in_simulation_the_node_config_is_flowers_and_sets_no_policy() -> None:
+    policy = SitePolicy.from_node_config({"partition-id": 0, "num-partitions": 2})
+    assert policy.refusal(RunConfig(mechanism="none", delta=0.5), 1.0) is None
+
+
+def test_a_supernode_without_a_secret_dir_is_refused_unless_it_opts_out(on_a_supernode: None) -> None:
+    reply = train(context({}))
+    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert "secret-dir is not set" in reply.error.reason and "insecure-noise=true" in reply.error.reason
+    insecure = train(context({"insecure-noise": True}))
+    assert not insecure.has_error() and insecure.content["metrics"]["node-secret"] == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("allowed-mechanisms", "dirichlet,nope", "allowed-mechanisms='dirichlet,nope' is invalid"),
+        ("allowed-mechanisms", "", "allowed-mechanisms='' is invalid"),
+        ("insecure-noise", "yes", "insecure-noise='yes' is invalid: it must be true or false"),
+    ],
+)
+def test_bad_policy_keys_are_named(key: str, value: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        SitePolicy.from_node_config({"partition-id": 0, "num-partitions": 1, key: value})
 
 
 def test_the_sites_target_wins_and_the_coordinator_cannot_raise_it() -> None:
@@ -108,10 +177,10 @@ def test_metrics_send_no_exact_count_and_no_traceback() -> None:
     assert weighted["num-examples"] == 3.0
 
 
-def site_file(tmp_path: Path, name: str = "site.npz") -> Path:
+def site_file(tmp_path: Path, name: str = "site.npz", examples: int = 300) -> Path:
     data = load_dataset("digits")
     rng = np.random.default_rng(0)
-    return write_site_file(tmp_path / name, data, rng.choice(len(data.train_y), 300, replace=False), np.arange(50))
+    return write_site_file(tmp_path / name, data, rng.choice(len(data.train_y), examples, replace=False), np.arange(50))
 
 
 def test_a_site_trains_on_its_own_data_file(tmp_path: Path) -> None:
@@ -130,6 +199,51 @@ def test_a_missing_or_malformed_data_file_is_named(tmp_path: Path, problem: str)
     reply = train(context({"data-file": str(path)}))
     assert reply.has_error() and reply.error.code == SETUP_FAILED
     assert f"data-file {path}" in reply.error.reason and "\n" not in reply.error.reason
+
+
+def test_a_site_tells_the_coordinator_neither_its_paths_nor_its_exact_counts(
+    tmp_path: Path, on_a_supernode: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "private" / "site.npz"
+    reply = train(context({"data-file": str(path), "secret-dir": str(tmp_path / "secret")}))
+    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert str(tmp_path) not in reply.error.reason and "data-file <data-file>" in reply.error.reason
+    assert str(path) in capfd.readouterr().err  # the site's own log has the whole line
+    small = site_file(tmp_path, "small.npz", examples=5)
+    reply = train(context({"data-file": str(small), "secret-dir": str(tmp_path / "secret")}, {"batch-size": 8}))
+    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert "has <10 examples" in reply.error.reason and " 5 " not in reply.error.reason + " "
+
+
+def test_public_reasons_keep_the_key_and_the_ledger_summary() -> None:
+    policy = SitePolicy.from_node_config({"partition-id": 1, "num-partitions": 2, "cache-dir": "/srv/site/cache"})
+    reason = ("client 1: batch-size=8 needs ..., but client 1 has 5 examples: lower batch-size below 5; "
+              "cache /srv/site/cache/shard-1.pt, data /home/x/y.npz (1234 training examples)"
+              ' ledger={"steps": 5}')
+    assert public_reason(reason, policy) == (
+        "client 1: batch-size=8 needs ..., but client 1 has <10 examples: lower batch-size below <10; "
+        'cache <cache-dir>/shard-1.pt, data <path> (~1230 training examples) ledger={"steps": 5}'
+    )
+
+
+def test_a_site_does_not_send_its_test_confidence_as_an_adaptive_learning_rate(
+    tmp_path: Path, on_a_supernode: None
+) -> None:
+    node = {"secret-dir": str(tmp_path)}
+    adaptive = train(context(node, {"learning-rate-mode": "adaptive"})).content["metrics"]
+    effective = train(context(node, {"learning-rate-mode": "effective"})).content["metrics"]
+    assert "learning-rate" not in adaptive and effective["learning-rate"] > 0
+
+
+def test_everything_a_site_creates_is_private_to_it(tmp_path: Path, on_a_supernode: None) -> None:
+    site = tmp_path / "site"
+    node = {"ledger-dir": str(site / "ledgers"), "secret-dir": str(site / "secret"), "cache-dir": str(site / "cache")}
+    assert not train(context(node)).has_error()
+    created = [path for path in site.rglob("*")]
+    assert any(path.name.startswith("shard-") for path in created)
+    for path in created:
+        assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
+    assert stat.S_IMODE(site.stat().st_mode) == 0o700
 
 
 def test_the_lifetime_ledger_continues_across_runs_and_refuses_when_spent(tmp_path: Path) -> None:
@@ -162,9 +276,9 @@ def test_bad_ledger_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     assert "is below what this site already spent" in too_low.error.reason and str(ledger_file) in too_low.error.reason
     stored = json.loads(ledger_file.read_text())
     other = tmp_path / "other"
-    SiteLedger(other, "f" * 64, 1e-5, None).save("1", stored["runs"]["1"]["state"], True)
+    SiteLedger(other, "f" * 64, 1e-5, None, tmp_path).commit("1", stored["runs"]["1"]["state"])
     with pytest.raises(ValueError, match="belongs to another data set"):
-        SiteLedger(other, "f" * 16 + "0" * 48, 1e-5, None)
+        SiteLedger(other, "f" * 16 + "0" * 48, 1e-5, None, tmp_path)
     ledger_file.write_text("{broken")
     corrupt = train(context(node, run_id=3))
     assert corrupt.has_error() and corrupt.error.code == SETUP_FAILED

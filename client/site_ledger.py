@@ -1,0 +1,169 @@
+"""A site's lifetime ledger: every run it trained on one data set, composed on one RDP curve.
+
+The file is `<ledger-dir>/ledger-<fingerprint[:16]>.json`; it repeats the full data fingerprint, and
+a file of another data set is refused, never reused. Each run's entry holds its mechanism state
+(privacy/lifetime.py composes them) and, while a round is in flight, the state before the round and
+the name of the round's progress file (client/progress.py): the entry's `state` is then the round's
+plan (the safe side), replaced by what actually ran once the round's process is known to be gone.
+
+Every change is a read-compose-write under the ledger's lock (client/ledger_store.py), so two runs at
+one site never lose each other's steps, and a round's lifetime check and its write-ahead record are
+one step. The file is signed with a key derived from the node secret and its last write is recorded
+in the secret's folder (client/secret_store.py): an edited, deleted or rolled-back ledger is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from client.ledger_store import LedgerFileError, LedgerStore
+from client.progress import RoundProgress, interrupted
+from client.secret_store import LedgerIndex, ledger_key, stored_secret
+from privacy.lifetime import LifetimeBudgetSpent, lifetime_epsilon
+
+LEDGER_SCHEMA = 2
+UNSIGNED_SCHEMA = 1
+"""Ledgers written before they were signed; read once (when the node has no record of the ledger) and
+signed by the next write."""
+
+
+class SiteLedger:
+    """The lifetime ledger of one data set at one site: `runs` maps a run key to its entry."""
+
+    def __init__(
+        self, ledger_dir: Path, fingerprint: str, delta: float, lifetime: float | None, secret_dir: Path
+    ) -> None:
+        secret = stored_secret(secret_dir)
+        self.store = LedgerStore(ledger_dir / f"ledger-{fingerprint[:16]}.json", ledger_key(secret))
+        self.index = LedgerIndex(secret_dir, secret)
+        self.fingerprint = fingerprint
+        self.lifetime = lifetime
+        self.delta = delta
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.writes = 0
+        with self.store.locked():
+            self._read()
+        spent = self.spent()
+        if lifetime is not None and spent > lifetime:
+            raise ValueError(
+                f"ledger file {self.store.path}: lifetime-epsilon={lifetime:g} is below what this site already "
+                f"spent on this data: eps {spent:.4f} (delta={self.delta:g})"
+            )
+
+    def _read(self) -> list[Path]:
+        """Load the file (under the lock); returns the progress files of dead rounds it resolved."""
+        path = self.store.path
+        unsigned = self.index.record(self.fingerprint) is None
+        stored = self.store.load(unsigned_schema=UNSIGNED_SCHEMA if unsigned else None)
+        if stored is None:
+            self.index.check(self.fingerprint, path, None, None)
+            return []
+        try:
+            if stored.get("schema") not in (UNSIGNED_SCHEMA, LEDGER_SCHEMA):
+                raise LedgerFileError(f"ledger file {path}: unknown schema {stored.get('schema')!r}")
+            if stored["data_fingerprint"] != self.fingerprint:
+                raise LedgerFileError(
+                    f"ledger file {path} belongs to another data set (fingerprint {str(stored['data_fingerprint'])[:16]}"
+                    f", this site's data {self.fingerprint[:16]}): refusing to reuse it"
+                )
+            writes = int(stored.get("writes", 0))
+            self.index.check(self.fingerprint, path, writes, self.store.digest(stored))
+            self.delta, self.writes = float(stored["delta"]), writes
+            runs = {str(key): dict(entry) for key, entry in stored["runs"].items()}
+            stale = [self._resolve(entry) for entry in runs.values() if "in_flight" in entry]
+            self.runs = runs
+            self.spent()  # every state must compose
+        except (KeyError, TypeError, AttributeError) as error:
+            raise LedgerFileError(f"ledger file {path} is malformed (missing {error}); restore it") from None
+        except LedgerFileError:
+            raise
+        except ValueError as error:  # a state the accountant cannot compose: refused loudly
+            raise LedgerFileError(f"ledger file {path}: cannot compose its runs: {error}") from None
+        return [item for item in stale if item is not None]
+
+    def _resolve(self, entry: dict[str, Any]) -> Path | None:
+        """Replace an interrupted round's plan by the steps it composed, if its process is gone (in place);
+        returns its progress file then, None while the round may still run."""
+        found = interrupted(entry["state"], entry["in_flight"], self.store.path.parent)
+        if found is None:
+            return None
+        entry["state"], progress = found
+        entry["complete"] = False
+        del entry["in_flight"]
+        return progress
+
+    def _write(self, stale: list[Path]) -> None:
+        """Save the runs (under the lock), record the write beside the secret, drop resolved progress files."""
+        self.writes += 1
+        spent = self.spent()
+        mac = self.store.save(
+            {
+                "schema": LEDGER_SCHEMA,
+                "data_fingerprint": self.fingerprint,
+                "delta": self.delta,
+                "lifetime_epsilon": self.lifetime,
+                "lifetime_epsilon_spent": spent if math.isfinite(spent) else None,
+                "writes": self.writes,
+                "runs": self.runs,
+            }
+        )
+        self.index.wrote(self.fingerprint, self.writes, str(mac))
+        for path in stale:
+            path.unlink(missing_ok=True)
+
+    def prior(self, run_key: str) -> list[dict[str, Any]]:
+        """The mechanism states of every other run on this data."""
+        return [entry["state"] for key, entry in self.runs.items() if key != run_key]
+
+    def current(self, run_key: str) -> dict[str, Any] | None:
+        """This run's mechanism state: its last round's, or an interrupted round's plan replaced by what ran."""
+        entry = self.runs.get(run_key)
+        return None if entry is None else dict(entry["state"])
+
+    def nonce(self, run_key: str) -> str | None:
+        """The noise nonce this site drew for the run, if it recorded one."""
+        entry = self.runs.get(run_key)
+        return None if entry is None or entry.get("nonce") is None else str(entry["nonce"])
+
+    def spent(self, extra: list[dict[str, Any]] | None = None, without: str | None = None) -> float:
+        """Lifetime eps at the ledger's delta of every run (one run replaced by `extra` if given)."""
+        states = [entry["state"] for key, entry in self.runs.items() if key != without] + (extra or [])
+        return lifetime_epsilon(states, self.delta)
+
+    def allows(self, run_key: str, planned: dict[str, Any]) -> bool:
+        """Whether this run's state `planned` keeps the lifetime spend within lifetime-epsilon."""
+        return self.lifetime is None or self.spent([planned], without=run_key) <= self.lifetime
+
+    def reserve(
+        self, run_key: str, done: dict[str, Any], planned: dict[str, Any], server_round: int, nonce: str
+    ) -> RoundProgress:
+        """The write-ahead of a round, from `done` to `planned`: re-checked against the lifetime budget on
+        the file as it is now (other runs may have trained since this one opened it) and recorded in
+        one locked step. Returns the round's progress (call it before each step; finish() after commit).
+        Raises LifetimeBudgetSpent when the round no longer fits; nothing is written then."""
+        progress = RoundProgress.start(self.store.path.parent, self.store.path.name)
+        try:
+            with self.store.locked():
+                stale = self._read()
+                if not self.allows(run_key, planned):
+                    raise LifetimeBudgetSpent(
+                        f"lifetime budget spent (eps {self.spent():.4f} of lifetime-epsilon={self.lifetime:g} at "
+                        f"delta={self.delta:g}; another run at this site trained meanwhile)"
+                    )
+                flight = {"round": server_round, "done": done, "progress": progress.path.name}
+                self.runs[run_key] = {"state": planned, "complete": False, "nonce": nonce, "in_flight": flight}
+                self._write(stale)
+        except BaseException:
+            progress.finish()
+            raise
+        return progress
+
+    def commit(self, run_key: str, state: dict[str, Any]) -> None:
+        """Record run `run_key`'s exact state after its round, in one locked read-compose-write."""
+        with self.store.locked():
+            stale = self._read()
+            nonce = self.nonce(run_key)
+            self.runs[run_key] = {"state": state, "complete": True, "nonce": nonce}
+            self._write(stale)
