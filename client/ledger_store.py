@@ -32,6 +32,14 @@ class LedgerFileError(ValueError):
     """The ledger file exists but cannot be read back; its message names the file and the fix."""
 
 
+def private_folder(folder: Path) -> None:
+    """Create `folder` and every missing parent with mode 0700 (what exists is left as it is)."""
+    missing = [path for path in (folder, *folder.parents) if not path.exists()]
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process of the site made it meanwhile
+            path.mkdir(mode=0o700)
+
+
 def canonical(state: dict[str, Any]) -> bytes:
     """The bytes an HMAC covers: sorted keys, no spaces, no NaN (one encoding per object)."""
     return json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
@@ -51,7 +59,7 @@ class LedgerStore:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the exclusive lock of this ledger (blocking): one reader-writer at a time, across processes."""
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_folder(self.path.parent)
         descriptor = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, LEDGER_FILE_MODE)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
@@ -113,7 +121,7 @@ class LedgerStore:
 
     def save(self, state: dict[str, Any]) -> str | None:
         """Replace the stored object atomically (the folder is created 0700 if needed); returns its HMAC."""
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_folder(self.path.parent)
         mac = None if self.key is None else self.digest(state)
         stored = state if mac is None else {**state, MAC_FIELD: mac}
         write_atomically(self.path, (json.dumps(stored, allow_nan=False) + "\n").encode(), LEDGER_FILE_MODE)

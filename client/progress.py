@@ -21,6 +21,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from client.ledger_store import private_folder
 from privacy.registry import restore_mechanism
 
 WIDTH = 20
@@ -40,7 +41,7 @@ class RoundProgress:
     def start(cls, folder: Path, stem: str) -> RoundProgress:
         """A new progress file `<folder>/.<stem>.<random>.progress` (a fresh name for every attempt, so
         that a retry never overwrites the count of the attempt it follows)."""
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_folder(folder)
         return cls(folder / f".{stem}.{secrets.token_hex(8)}.progress")
 
     def __call__(self, steps: int) -> None:

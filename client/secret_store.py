@@ -20,7 +20,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from client.ledger_store import LedgerFileError, LedgerStore
+from client.ledger_store import LedgerFileError, LedgerStore, private_folder
 
 SECRET_FILE = "node-secret"
 SECRET_BYTES = 32
@@ -32,7 +32,7 @@ def stored_secret(folder: Path) -> bytes:
     """The node secret in `folder`, created once from OS entropy; a damaged one is named, never replaced."""
     path = folder / SECRET_FILE
     if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_folder(folder)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:

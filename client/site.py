@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from client.ledger_store import private_folder
 from client.round import Client, shard_of
 from client.secret_store import SECRET_BYTES, stored_secret
 from client.site_ledger import SiteLedger
@@ -181,6 +182,7 @@ def node_secret(policy: SitePolicy, config: RunConfig) -> bytes | None:
 def site_ledger(policy: SitePolicy, config: RunConfig) -> SiteLedger:
     """The site's lifetime ledger for the data it trains on (policy.ledger_dir must be set); the pilot
     opens it the same way before it starts anything. Raises ValueError naming a bad ledger file."""
+    _private_site_folders(policy)  # before the fingerprint, which may fill the cache with raw data
     fingerprint = _fingerprint(config, site_client(policy, config))
     delta = policy.delta or config.delta
     return SiteLedger(Path(policy.ledger_dir), fingerprint, delta, policy.lifetime_epsilon, Path(policy.secret_dir))
@@ -212,13 +214,18 @@ def protect_site_files(policy: SitePolicy) -> None:
     """On a SuperNode: whatever this ClientApp process creates is 0600 (folders 0700), and the site's
     folders (secret, ledgers, the cache of raw data) and its cached shards are private to the site."""
     os.umask(0o077)
-    for folder in (policy.secret_dir, policy.ledger_dir, policy.cache_dir):
-        if folder:
-            Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(folder, 0o700)
+    _private_site_folders(policy)
     if policy.cache_dir:
         for cached in Path(policy.cache_dir).glob("shard-*.pt"):
             os.chmod(cached, 0o600)
+
+
+def _private_site_folders(policy: SitePolicy) -> None:
+    """The site's folders, created 0700 (missing parents too) and made 0700 if they exist."""
+    for folder in (policy.secret_dir, policy.ledger_dir, policy.cache_dir):
+        if folder:
+            private_folder(Path(folder))
+            os.chmod(folder, 0o700)
 
 
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.<>-])/[^\s'\"<>:,;()]+")
