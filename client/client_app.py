@@ -149,8 +149,10 @@ class _Durable:
                 self.node.ledger.commit(self.node.run_key, state)
             elif self.run_file is not None:
                 self.run_file.commit(state, self.server_round)
-        finally:
-            self.progress.finish()
+        except BaseException:
+            self.progress.abandon()
+            raise
+        self.progress.finish()
 
 
 def _failure(msg: Message, code: int, reason: str, policy: SitePolicy | None = None, site: bool = False) -> Message:
@@ -193,6 +195,8 @@ def train(msg: Message, context: Context) -> Message:
     try:
         outcome = train_round(config, client, saved, weights, server_round, durable.write_ahead, node)
     except Exception as error:  # anything unforeseen: one line; the ledger file already holds the steps
+        if durable.progress is not None:
+            durable.progress.abandon()  # its count replaces the plan for the next reader
         text = f"client {client.partition_id}: {one_line(error)}"
         return _failure(msg, TRAINING_FAILED, error_reason(text, None), policy, site)
     if outcome.mechanism is not None:  # saved before replying, error or not: the ledger must survive
@@ -219,7 +223,8 @@ def evaluate_locally(msg: Message, context: Context) -> Message:
         config = parse_run_config(context.run_config)
         policy, site = _site(context)
         node = NodeResources(aggregation_weight=policy.aggregation_weight)
-        metrics = evaluate_round(config, site_client(policy, config), arrays_of(msg.content).to_torch_state_dict(), node)
+        weights = arrays_of(msg.content).to_torch_state_dict()
+        metrics = evaluate_round(config, site_client(policy, config), weights, node)
     except Exception as error:
         return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None), policy, site)
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

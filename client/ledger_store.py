@@ -84,7 +84,9 @@ class LedgerStore:
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as error:
-            raise LedgerFileError(f"ledger file {self.path} cannot be read ({error}); restore it from a backup") from None
+            raise LedgerFileError(
+                f"ledger file {self.path} cannot be read ({error}); restore it from a backup"
+            ) from None
         try:
             state = json.loads(text)
         except json.JSONDecodeError as error:

@@ -51,11 +51,14 @@ class RoundProgress:
 
     def finish(self) -> None:
         """The round's exact ledger is saved: remove the file (while still holding its lock), release it."""
-        if self._descriptor is None:
-            return
-        try:
+        if self._descriptor is not None:
             self.path.unlink(missing_ok=True)
-        finally:
+        self.abandon()
+
+    def abandon(self) -> None:
+        """The round's exact ledger could not be saved: release the lock and keep the count, so that the
+        next reader composes exactly the steps it counts (as after a kill)."""
+        if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
 

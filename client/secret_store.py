@@ -45,7 +45,8 @@ def stored_secret(folder: Path) -> bytes:
     try:
         secret = bytes.fromhex(path.read_text().strip())
     except (OSError, ValueError) as error:
-        raise ValueError(f"node secret {path} is unreadable ({type(error).__name__}); restore it or remove it") from None
+        name = type(error).__name__
+        raise ValueError(f"node secret {path} is unreadable ({name}); restore it or remove it") from None
     if len(secret) != SECRET_BYTES:
         raise ValueError(f"node secret {path} holds {len(secret)} bytes, not {SECRET_BYTES}; restore it or remove it")
     os.chmod(path, 0o600)

@@ -121,10 +121,17 @@ class SitePolicy:
 
     def refusal(self, config: RunConfig, asked_epsilon: float) -> str | None:
         """Why this site refuses the run config, or None: the coordinator can lower, never raise."""
-        if self.target_epsilon is None and self.max_target_epsilon is not None and asked_epsilon > self.max_target_epsilon:
-            return f"site policy: the run asks target-epsilon={asked_epsilon:g} above this site's max-target-epsilon={self.max_target_epsilon:g}"
+        ceiling = self.max_target_epsilon if self.target_epsilon is None else None
+        if ceiling is not None and asked_epsilon > ceiling:
+            return (
+                f"site policy: the run asks target-epsilon={asked_epsilon:g} above this site's "
+                f"max-target-epsilon={ceiling:g}"
+            )
         if self.delta is not None and config.delta > self.delta:
-            return f"site policy: the run asks delta={config.delta:g} above this site's delta={self.delta:g} (node-config key delta)"
+            return (
+                f"site policy: the run asks delta={config.delta:g} above this site's delta={self.delta:g} "
+                "(node-config key delta)"
+            )
         if self.alpha is not None and config.alpha != self.alpha:
             return f"site policy: the run asks alpha={config.alpha:g}; this site trains with alpha={self.alpha:g} only"
         if self.allowed_mechanisms is not None and config.mechanism not in self.allowed_mechanisms:
@@ -163,7 +170,8 @@ def _flag(key: str, value: object) -> bool:
 def site_client(policy: SitePolicy, config: RunConfig) -> Client:
     """This node's partition (or data file) and its budget for this run (the site's target-epsilon wins)."""
     asked = config.target_epsilon_for(policy.partition_id, policy.num_partitions)
-    return Client(policy.partition_id, policy.num_partitions, policy.target_for(asked), policy.data_file, policy.cache_dir)
+    target = policy.target_for(asked)
+    return Client(policy.partition_id, policy.num_partitions, target, policy.data_file, policy.cache_dir)
 
 
 def node_secret(policy: SitePolicy, config: RunConfig) -> bytes | None:

@@ -64,9 +64,10 @@ class SiteLedger:
             if stored.get("schema") not in (UNSIGNED_SCHEMA, LEDGER_SCHEMA):
                 raise LedgerFileError(f"ledger file {path}: unknown schema {stored.get('schema')!r}")
             if stored["data_fingerprint"] != self.fingerprint:
+                theirs = str(stored["data_fingerprint"])[:16]
                 raise LedgerFileError(
-                    f"ledger file {path} belongs to another data set (fingerprint {str(stored['data_fingerprint'])[:16]}"
-                    f", this site's data {self.fingerprint[:16]}): refusing to reuse it"
+                    f"ledger file {path} belongs to another data set (fingerprint {theirs}, this site's data "
+                    f"{self.fingerprint[:16]}): refusing to reuse it"
                 )
             writes = int(stored.get("writes", 0))
             self.index.check(self.fingerprint, path, writes, self.store.digest(stored))

@@ -162,7 +162,8 @@ def test_a_failure_after_partial_training_is_recorded_with_the_clients_true_eps(
         strategy.aggregate_train(server_round, [reply])
         writer.record_round(strategy.current, arrays, strategy.state_dict())
     assert reply.has_error() and reply.error.code == TRAINING_FAILED
-    assert reply.error.reason.startswith("client 0: training failed: RuntimeError: device lost at /some/where.py ledger={")
+    expected = "client 0: training failed: RuntimeError: device lost at /some/where.py ledger={"
+    assert reply.error.reason.startswith(expected)
     assert seen["complete"] is False and restore_mechanism(seen["mechanism"]).steps == 8  # planned: over, never under
     summary = writer.finish(0.1, 2.3, assumptions_hold=True)
     client0 = summary["clients"][0]

@@ -96,7 +96,8 @@ def test_a_corrupt_secret_is_named_never_replaced(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("node", "run", "match"),
     [
-        ({"max-target-epsilon": 2.0}, {"target-epsilon": 1e9}, "target-epsilon=1e+09 above this site's max-target-epsilon=2"),
+        ({"max-target-epsilon": 2.0}, {"target-epsilon": 1e9},
+         "target-epsilon=1e+09 above this site's max-target-epsilon=2"),
         ({"delta": 1e-6}, {}, "delta=1e-05 above this site's delta=1e-06 (node-config key delta)"),
         ({"alpha": 2.0}, {}, "alpha=3; this site trains with alpha=2 only"),
         ({"allowed-mechanisms": "dpsgd"}, {}, "mechanism='dirichlet'; this site trains with dpsgd only "
