@@ -89,6 +89,5 @@ def interrupted(planned: dict[str, Any], flight: dict[str, Any], folder: Path) -
     steps = abandoned_steps(progress)
     if steps is None:
         return None
-    mechanism = restore_mechanism(flight["done"])
-    mechanism.record(min(steps, restore_mechanism(planned).steps - mechanism.steps))
-    return mechanism.state_dict(), progress
+    done = restore_mechanism(flight["done"])
+    return done.after(min(steps, restore_mechanism(planned).steps - done.steps)).state_dict(), progress

@@ -34,9 +34,7 @@ def base_state() -> dict[str, Any]:
 
 
 def after(state: dict[str, Any], steps: int) -> dict[str, Any]:
-    mechanism = restore_mechanism(state)
-    mechanism.record(steps)
-    return mechanism.state_dict()
+    return restore_mechanism(state).after(steps).state_dict()
 
 
 def steps_of(state: dict[str, Any] | None) -> int:
