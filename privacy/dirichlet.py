@@ -9,9 +9,20 @@ underflow in float32 (P(G(0.1) < 1e-38) is about 1e-4), which would make log p[y
 log space instead, with the boosting identity G(a) = G(a + 1) * U^(1/a) (U uniform on (0, 1]):
 log G(a) = log G(a + 1) + log(U) / a, where G(a + 1) has shape >= 1 and never underflows. The loss is
 then logsumexp(log G) - log G[y], finite for every alpha > 0 and r >= 0.
+
+Confidence normalisation (`reference_confidence`): by Theorem 11 the expected gradient on the logits is
+kappa(s_y) (s - onehot(y)) with kappa(s_y) = r s_y psi'(r s_y + alpha), nearly linear in s_y when r << alpha.
+An example the model is confidently wrong about (s_y -> 0) then gets almost no gradient, and rare classes
+stop being learned. Weighting each example's NLL by w = kappa(s_ref) / kappa(s_y), detached and capped,
+makes the expected gradient kappa(s_ref) (s - onehot(y)): the cross-entropy gradient times a constant.
+The weight is a function of the un-noised softmax; it changes nothing the accountant covers (the
+released samples p), and the weights were not covered before either (docs/privacy.md).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -24,6 +35,29 @@ def log_gamma_sample(shape: Tensor, generator: torch.Generator | None = None) ->
     return torch.log(boosted) + torch.log(uniform) / shape
 
 
+@dataclass(frozen=True)
+class ConfidenceNormalization:
+    """The per-example weight kappa(reference_confidence) / kappa(s_y), capped at `cap` (module docstring)."""
+
+    reference_confidence: float = 0.9
+    cap: float = 20.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.reference_confidence <= 1:
+            raise ValueError(f"reference-confidence={self.reference_confidence!r} must lie in (0, 1]")
+        if not 1 <= self.cap < math.inf:
+            raise ValueError(f"dirichlet-weight-cap={self.cap!r} must be finite and >= 1")
+
+    def weights(self, true_class_probability: Tensor, r: float, alpha: float) -> Tensor:
+        """Detached weights for the rows' s_y; 1 where kappa(s_y) is 0 (r = 0: no signal to rescale)."""
+        s_y = true_class_probability.detach()
+        kappa = r * s_y * torch.special.polygamma(1, r * s_y + alpha)
+        s_ref = torch.as_tensor(self.reference_confidence, dtype=s_y.dtype, device=s_y.device)
+        kappa_ref = r * s_ref * torch.special.polygamma(1, r * s_ref + alpha)
+        ratio = torch.where(kappa > 0, kappa_ref / kappa.clamp_min(torch.finfo(s_y.dtype).tiny), 1.0)
+        return ratio.clamp(max=self.cap)
+
+
 def dirichlet_nll_loss(
     logits: Tensor,
     labels: Tensor,
@@ -31,20 +65,25 @@ def dirichlet_nll_loss(
     alpha: float,
     generator: torch.Generator | None = None,
     reduction: str = "mean",
+    normalization: ConfidenceNormalization | None = None,
 ) -> Tensor:
     """-log p[y] for p ~ Dir(r softmax(logits) + alpha), one draw per row (Algorithm 1, lines 4-7).
 
     logits: (batch, classes); labels: (batch,) int64. reduction: "mean" (the 1/|B| of line 7),
     "sum" or "none". The Gamma draws run in float32 or wider; logits of lower precision are upcast.
+    With `normalization`, each row's NLL is multiplied by its detached confidence weight; None is the
+    paper's Algorithm 1.
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction={reduction!r} is invalid: use 'mean', 'sum' or 'none'")
     if r < 0 or alpha <= 0:
         raise ValueError(f"need r >= 0 and alpha > 0, got r={r!r}, alpha={alpha!r}")
     work = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-    concentration = r * torch.softmax(work, dim=-1) + alpha
-    log_g = log_gamma_sample(concentration, generator)
+    probabilities = torch.softmax(work, dim=-1)
+    log_g = log_gamma_sample(r * probabilities + alpha, generator)
     loss = torch.logsumexp(log_g, dim=-1) - log_g.gather(-1, labels.view(-1, 1)).squeeze(-1)
+    if normalization is not None:
+        loss = loss * normalization.weights(probabilities.gather(-1, labels.view(-1, 1)).squeeze(-1), r, alpha)
     if reduction == "mean":
         return loss.mean()
     if reduction == "sum":

@@ -9,19 +9,21 @@ import pytest
 import torch
 
 from privacy.analysis import attenuation, private_learning_rate
-from privacy.dirichlet import dirichlet_nll_loss
+from privacy.dirichlet import ConfidenceNormalization, dirichlet_nll_loss
 from tests.privacy.reference import expected_loss, loss_variance
 
 SAMPLES = 200_000
 Z = 5.0  # tolerance in standard errors: a false failure has probability below 1e-6 per check
 
 
-def _draws(r: float, alpha: float, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+def _draws(
+    r: float, alpha: float, seed: int = 0, normalization: ConfidenceNormalization | None = None, scale: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
     generator = torch.Generator().manual_seed(seed)
-    base = torch.randn(10, generator=generator, dtype=torch.float64)
+    base = scale * torch.randn(10, generator=generator, dtype=torch.float64)
     logits = base.repeat(SAMPLES, 1).requires_grad_(True)
     labels = torch.full((SAMPLES,), 3)
-    losses = dirichlet_nll_loss(logits, labels, r, alpha, generator, reduction="none")
+    losses = dirichlet_nll_loss(logits, labels, r, alpha, generator, reduction="none", normalization=normalization)
     losses.sum().backward()
     return losses.detach(), logits.grad, torch.softmax(base, 0), float(torch.softmax(base, 0)[3])
 
@@ -38,6 +40,35 @@ def test_theorem_11_moments_and_expected_gradient(r: float, alpha: float) -> Non
     expected_grad = attenuation(s_y, r, alpha) * (s - onehot)
     tolerance = Z * grads.std(dim=0) / math.sqrt(SAMPLES)
     assert torch.all((grads.mean(dim=0) - expected_grad).abs() < tolerance)
+
+
+@pytest.mark.parametrize("r, alpha, s_ref", [(0.2349, 3.0, 0.9), (2.9, 3.0, 0.5), (0.05, 0.1, 1.0)])
+def test_normalised_expected_gradient_is_cross_entropys_times_kappa_at_the_reference(
+    r: float, alpha: float, s_ref: float
+) -> None:
+    """Theorem 11 times the detached weight kappa(s_ref)/kappa(s_y): E[dL/dz] = kappa(s_ref) (s - onehot(y))."""
+    _, grads, s, s_y = _draws(r, alpha, normalization=ConfidenceNormalization(s_ref, cap=1e6))
+    onehot = torch.zeros(10, dtype=torch.float64)
+    onehot[3] = 1.0
+    expected_grad = attenuation(s_ref, r, alpha) * (s - onehot)
+    assert torch.all((grads.mean(dim=0) - expected_grad).abs() < Z * grads.std(dim=0) / math.sqrt(SAMPLES))
+
+
+def test_the_cap_bounds_the_weight_of_a_confidently_wrong_example() -> None:
+    """With s_y near 0 the uncapped weight is huge; the capped one is `cap` and the gradient cap * paper's."""
+    r, alpha, cap = 0.2349, 3.0, 20.0
+    paper_losses, paper_grads, s, s_y = _draws(r, alpha, scale=6.0)
+    losses, grads, _, _ = _draws(r, alpha, normalization=ConfidenceNormalization(0.9, cap), scale=6.0)
+    assert attenuation(0.9, r, alpha) / attenuation(s_y, r, alpha) > cap  # the case is one the cap binds
+    assert torch.allclose(losses, cap * paper_losses)
+    assert torch.allclose(grads, cap * paper_grads)
+
+
+def test_normalisation_refuses_a_bad_reference_or_cap() -> None:
+    with pytest.raises(ValueError, match="reference-confidence"):
+        ConfidenceNormalization(0.0)
+    with pytest.raises(ValueError, match="dirichlet-weight-cap"):
+        ConfidenceNormalization(0.9, cap=0.5)
 
 
 @pytest.mark.parametrize("alpha", [0.1, 0.5, 3.0, 10.0])

@@ -1,0 +1,121 @@
+"""What medical classification studies report, computed from a model's scores on one evaluation set.
+
+Accuracy hides a model that never predicts a rare class: on DermaMNIST one class is 67 % of the test
+set. MedMNIST reports accuracy and AUC; imbalanced-data studies add balanced accuracy (the mean
+per-class recall) and the per-class recalls themselves. Counts (per-class hits and totals) add up
+across clients exactly, so the federated evaluation sums them; AUC does not, so a federated AUC is the
+example-weighted mean of the clients' own (said wherever it is reported).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class ClassCounts:
+    """Per-class hits (correct predictions) and totals (true examples) of one evaluation set."""
+
+    hits: tuple[int, ...]
+    totals: tuple[int, ...]
+
+    @classmethod
+    def of(cls, predictions: Tensor, labels: Tensor, num_classes: int) -> ClassCounts:
+        totals = torch.bincount(labels, minlength=num_classes)
+        hits = torch.bincount(labels[predictions == labels], minlength=num_classes)
+        return cls(tuple(int(h) for h in hits.tolist()), tuple(int(t) for t in totals.tolist()))
+
+    def __add__(self, other: ClassCounts) -> ClassCounts:
+        if len(self.hits) != len(other.hits):
+            raise ValueError(f"cannot add counts of {len(self.hits)} and {len(other.hits)} classes")
+        return ClassCounts(
+            tuple(a + b for a, b in zip(self.hits, other.hits)),
+            tuple(a + b for a, b in zip(self.totals, other.totals)),
+        )
+
+    @property
+    def recalls(self) -> tuple[float, ...]:
+        """Recall of each class; nan for a class with no example in the set."""
+        return tuple(h / t if t else math.nan for h, t in zip(self.hits, self.totals))
+
+    @property
+    def balanced_accuracy(self) -> float:
+        """Mean recall over the classes present (scikit-learn's balanced_accuracy_score); nan if none."""
+        present = [recall for recall in self.recalls if not math.isnan(recall)]
+        return sum(present) / len(present) if present else math.nan
+
+    @property
+    def dead_classes(self) -> tuple[int, ...]:
+        """Classes present in the set that the model never predicts correctly (recall 0)."""
+        return tuple(c for c, (h, t) in enumerate(zip(self.hits, self.totals)) if t and not h)
+
+
+def binary_auc(scores: Tensor, positive: Tensor) -> float:
+    """Area under the ROC curve of `scores` for the boolean `positive`: the Mann-Whitney statistic with
+    ties counted one half (average ranks); nan unless both positives and negatives are present."""
+    num_pos = int(positive.sum())
+    num_neg = int(positive.numel()) - num_pos
+    if num_pos == 0 or num_neg == 0:
+        return math.nan
+    values, inverse, counts = torch.unique(scores.double(), return_inverse=True, return_counts=True)
+    ends = torch.cumsum(counts, 0).double()
+    average_rank = (ends - (counts.double() - 1) / 2)[inverse]
+    rank_sum = float(average_rank[positive].sum())
+    return (rank_sum - num_pos * (num_pos + 1) / 2) / (num_pos * num_neg)
+
+
+def macro_auc(probabilities: Tensor, labels: Tensor) -> float:
+    """Mean one-vs-rest AUC over the classes with both positives and negatives in the set (scikit-learn's
+    roc_auc_score(multi_class="ovr", average="macro") when every class is present); nan if none."""
+    aucs = [binary_auc(probabilities[:, c], labels == c) for c in range(probabilities.shape[1])]
+    defined = [auc for auc in aucs if not math.isnan(auc)]
+    return sum(defined) / len(defined) if defined else math.nan
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A model on one evaluation set: mean cross-entropy, accuracy, macro AUC and the per-class counts
+    (from which balanced accuracy, per-class recall and dead classes follow)."""
+
+    loss: float
+    accuracy: float
+    macro_auc: float
+    counts: ClassCounts
+
+    @property
+    def balanced_accuracy(self) -> float:
+        return self.counts.balanced_accuracy
+
+    @property
+    def per_class_recall(self) -> tuple[float, ...]:
+        return self.counts.recalls
+
+    @property
+    def min_class_recall(self) -> float:
+        present = [recall for recall in self.counts.recalls if not math.isnan(recall)]
+        return min(present) if present else math.nan
+
+
+def evaluation_of(logits: Tensor, labels: Tensor) -> Evaluation:
+    """Every metric above from a model's logits (examples x classes) on (its evaluation set's) labels."""
+    labels = labels.long()
+    count = int(labels.shape[0])
+    if count == 0:
+        empty = ClassCounts((0,) * logits.shape[1], (0,) * logits.shape[1])
+        return Evaluation(math.nan, math.nan, math.nan, empty)
+    loss = float(torch.nn.functional.cross_entropy(logits.double(), labels, reduction="mean"))
+    predictions = logits.argmax(dim=1)
+    counts = ClassCounts.of(predictions, labels, logits.shape[1])
+    accuracy = float((predictions == labels).double().mean())
+    return Evaluation(loss, accuracy, macro_auc(torch.softmax(logits.double(), dim=1), labels), counts)
+
+
+def dead_class_streaks(dead: Sequence[int], previous: dict[int, int]) -> dict[int, int]:
+    """Each class dead this round (`dead`) with its number of consecutive dead rounds, continuing
+    `previous` (class -> streak up to the last round); a class alive again drops out."""
+    return {c: previous.get(c, 0) + 1 for c in sorted(set(dead))}
