@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from dirichlet_fl.norms import check_norm
 from dirichlet_fl.partition import PARTITIONERS
 from privacy.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
@@ -24,6 +25,9 @@ RESUMABLE_KEYS = frozenset(
 )
 """The keys a resumed run may change: none of them touches the data, the split, training or the accounting."""
 LEARNING_RATE_MODES = ("effective", "adaptive", "raw")
+DIRICHLET_WEIGHTINGS = ("normalized", "paper")
+"""normalized: each example's NLL times kappa(reference-confidence)/kappa(s_y), capped (privacy/dirichlet.py);
+paper: Algorithm 1 as published."""
 AUGMENT_CHOICES = ("auto", "on", "off")
 SECURE_AGGREGATION = ("none", "secaggplus")
 """none: the server sees every update; secaggplus: Flower's SecAgg+, the server sees only the sum."""
@@ -74,6 +78,7 @@ class RunConfig:
     classes_per_client: int = 2
     site_file: str = ""
     model: str = "cnn"
+    norm: str = "default"
     allow_batch_norm: bool = False
     augment: str = "auto"
     mechanism: str = "dirichlet"
@@ -89,6 +94,8 @@ class RunConfig:
     learning_rate: float = 0.05
     learning_rate_mode: str = "effective"
     reference_confidence: float = S_Y_FOR_LEARNING_RATE
+    dirichlet_weighting: str = "normalized"
+    dirichlet_weight_cap: float = 20.0
     device: str = "auto"
     results_dir: str = "results"
     run_name: str = ""
@@ -139,6 +146,11 @@ class RunConfig:
         if self.partitioner == "natural" and not self.site_file:
             raise ValueError("partitioner='natural' needs site-file: a CSV with columns index,site")
         check_choice("augment", self.augment, AUGMENT_CHOICES)
+        if self.norm != "default":
+            check_norm(self.norm)
+            if self.norm == "batch":
+                raise ValueError("norm='batch' is refused: BatchNorm mixes the examples of a batch; set "
+                                 "allow-batch-norm=true instead, which marks the run as outside the accountant")
         check_choice("mechanism", self.mechanism, MECHANISMS)
         check_positive("target-epsilon", self.target_epsilon)
         self.client_epsilon_list()
@@ -152,6 +164,14 @@ class RunConfig:
         check_positive("learning-rate", self.learning_rate)
         check_choice("learning-rate-mode", self.learning_rate_mode, LEARNING_RATE_MODES)
         check_in_interval("reference-confidence", self.reference_confidence, 0.0, 1.0, open_low=True)
+        check_choice("dirichlet-weighting", self.dirichlet_weighting, DIRICHLET_WEIGHTINGS)
+        check_in_interval("dirichlet-weight-cap", self.dirichlet_weight_cap, 1.0, 1e6)
+        if self.learning_rate_mode == "adaptive" and self.dirichlet_weighting == "normalized":
+            raise ValueError(
+                "learning-rate-mode='adaptive' with dirichlet-weighting='normalized' is contradictory: the "
+                "normalisation already undoes kappa(s_y) per example; use learning-rate-mode='effective', or "
+                "dirichlet-weighting='paper' to adapt the rate to the measured s_y"
+            )
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device={self.device!r} is invalid: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
         if self.run_name in (".", "..") or any(mark in self.run_name for mark in ("/", "\\", "\0")):

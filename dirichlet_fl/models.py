@@ -17,25 +17,30 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-NORMS = ("none", "group", "batch")
+from dirichlet_fl.norms import check_norm, group_size
+
 MAX_GROUPS = 32
 
 
-def num_groups(channels: int) -> int:
-    """GroupNorm group count: the largest divisor of `channels` that is <= 32 and leaves >= 2 channels per group."""
-    limit = max(1, min(MAX_GROUPS, channels // 2))
+def num_groups(channels: int, channels_per_group: int = 0) -> int:
+    """GroupNorm group count: with `channels_per_group` K, the largest divisor of `channels` that leaves
+    at least K channels per group; with 0, the largest divisor <= 32 that leaves >= 2 channels per group."""
+    if channels_per_group > 0:
+        limit = max(1, channels // channels_per_group)
+    else:
+        limit = max(1, min(MAX_GROUPS, channels // 2))
     return max(d for d in range(1, limit + 1) if channels % d == 0)
 
 
 def norm_layer(norm: str, channels: int) -> nn.Module:
-    """GroupNorm (`group`), BatchNorm (`batch`) or nothing (`none`) over `channels` feature maps."""
+    """GroupNorm (`group`, `group-K`), BatchNorm (`batch`) or nothing (`none`) over `channels` feature maps."""
     if norm == "none":
         return nn.Identity()
-    if norm == "group":
-        return nn.GroupNorm(num_groups(channels), channels)
     if norm == "batch":
         return nn.BatchNorm2d(channels)
-    raise ValueError(f"norm={norm!r} is unknown; valid: {', '.join(NORMS)}")
+    per_group = group_size(check_norm(norm))
+    assert per_group is not None
+    return nn.GroupNorm(num_groups(channels, per_group), channels)
 
 
 def conv_block(
@@ -244,9 +249,7 @@ def build_model(
     if name not in MODEL_REGISTRY:
         raise ValueError(f"model={name!r} is unknown; valid: {', '.join(MODELS)}")
     entry = MODEL_REGISTRY[name]
-    norm = entry.default_norm if norm is None else norm
-    if norm not in NORMS:
-        raise ValueError(f"norm={norm!r} is unknown; valid: {', '.join(NORMS)}")
+    norm = check_norm(entry.default_norm if norm is None else norm)
     if in_channels < 1 or num_classes < 2:
         raise ValueError(f"in_channels={in_channels} must be >= 1 and num_classes={num_classes} >= 2")
     if image_size < 8:

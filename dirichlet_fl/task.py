@@ -30,7 +30,7 @@ from dirichlet_fl.data import (
 )
 from dirichlet_fl.models import build_model
 from dirichlet_fl.partition import partition_indices
-from privacy.mechanisms import Mechanism, MechanismSpec
+from privacy.mechanisms import LossWeighting, Mechanism, MechanismSpec
 from privacy.validation import validate_model
 
 
@@ -165,7 +165,7 @@ def _site_shard(key: tuple[str, int, int], num_classes: int, device: str) -> tup
 def build_run_model(config: RunConfig, data: ImageData) -> nn.Module:
     """The configured model with its default normalisation (dirichlet_fl.models.MODEL_REGISTRY), or with
     BatchNorm when opted in; refused if it breaks the accountant's assumptions (BatchNorm) unless opted in."""
-    norm = "batch" if config.allow_batch_norm else None
+    norm = "batch" if config.allow_batch_norm else None if config.norm == "default" else config.norm
     model = build_model(config.model, data.in_channels, data.num_classes, data.image_size, norm=norm)
     if config.mechanism == "dirichlet":
         validate_model(model, allow_batch_dependent_layers=config.allow_batch_norm)
@@ -232,7 +232,15 @@ def mechanism_spec(config: RunConfig, partition_id: int, num_examples: int, targ
         alpha=config.alpha,
         max_grad_norm=config.max_grad_norm,
         num_examples=num_examples,
+        loss_weighting=loss_weighting(config),
     )
+
+
+def loss_weighting(config: RunConfig) -> LossWeighting | None:
+    """The Dirichlet NLL's confidence normalisation of this run (dirichlet-weighting), None for the paper's."""
+    if config.dirichlet_weighting == "paper":
+        return None
+    return LossWeighting(config.reference_confidence, config.dirichlet_weight_cap)
 
 
 def client_learning_rate(config: RunConfig, mechanism: Mechanism, model: nn.Module, shard: ClientShard) -> float:

@@ -47,6 +47,17 @@ class MechanismSpec:
     num_examples: int | None = None
     """The client's training-set size; DP-SGD divides its noisy gradient sum by the expected batch
     size round(sample_rate * num_examples). Unused by the other mechanisms."""
+    loss_weighting: LossWeighting | None = None
+    """Dirichlet only: the per-example confidence normalisation of its NLL (None: the paper's loss)."""
+
+
+@dataclass(frozen=True)
+class LossWeighting:
+    """The Dirichlet NLL's per-example weight kappa(reference_confidence) / kappa(s_y), capped at `cap`
+    (privacy/dirichlet.py, ConfidenceNormalization). Training only: the accountant never reads it."""
+
+    reference_confidence: float = 0.9
+    cap: float = 20.0
 
 
 class Mechanism(ABC):
@@ -210,16 +221,19 @@ class DirichletMechanism(Mechanism):
         "labels public; NOT the trained weights (audit them)"
     )
 
-    def __init__(self, r: float, alpha: float, sample_rate: float, delta: float) -> None:
+    def __init__(
+        self, r: float, alpha: float, sample_rate: float, delta: float, loss_weighting: LossWeighting | None = None
+    ) -> None:
         self.sample_rate = sample_rate
         self.event = DirichletEvent(r=r, alpha=alpha, sample_rate=sample_rate)
         self.accountant = DirichletAccountant(AccountantConfig(target_delta=delta))
+        self.loss_weighting = loss_weighting
 
     @classmethod
     def calibrated(cls, spec: MechanismSpec) -> DirichletMechanism:
         """Solve equation (1) once for the whole run's planned steps: r* with eps(r*) <= target."""
         calibration = calibrate_r(spec.target_epsilon, spec.delta, spec.sample_rate, spec.planned_steps, spec.alpha)
-        return cls(calibration.r, spec.alpha, spec.sample_rate, spec.delta)
+        return cls(calibration.r, spec.alpha, spec.sample_rate, spec.delta, spec.loss_weighting)
 
     def parameters(self) -> dict[str, float]:
         return {"r": self.event.r, "alpha": self.event.alpha}
@@ -227,13 +241,20 @@ class DirichletMechanism(Mechanism):
     def step_rate(self, effective_rate: float, s_y: float) -> float:
         """effective_rate / kappa(s_y) at this client's own r* (Theorem 11, equation (3)): the expected
         private gradient is kappa times the cross-entropy gradient, so dividing by kappa makes clients
-        with different r* take equally large steps on average."""
+        with different r* take equally large steps on average. Under the confidence normalisation the
+        expected gradient is kappa(reference) times cross-entropy's whatever s_y is, so kappa is taken there."""
+        if self.loss_weighting is not None:
+            s_y = self.loss_weighting.reference_confidence
         return private_learning_rate(effective_rate, self.event.r, self.event.alpha, s_y)
 
     def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
-        from privacy.dirichlet import dirichlet_nll_loss
+        from privacy.dirichlet import ConfidenceNormalization, dirichlet_nll_loss
 
-        return dirichlet_nll_loss(logits, labels, self.event.r, self.event.alpha, generator)
+        weighting = self.loss_weighting
+        normalization = None if weighting is None else ConfidenceNormalization(weighting.reference_confidence,
+                                                                               weighting.cap)
+        return dirichlet_nll_loss(logits, labels, self.event.r, self.event.alpha, generator,
+                                  normalization=normalization)
 
     def epsilon(self, delta: float) -> float:
         return self.accountant.get_epsilon(delta)
@@ -264,11 +285,15 @@ class DirichletMechanism(Mechanism):
         return self.accountant.num_releases
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mechanism": self.name, "event": asdict(self.event), "ledger": self.accountant.state_dict()}
+        weighting = None if self.loss_weighting is None else asdict(self.loss_weighting)
+        return {"mechanism": self.name, "event": asdict(self.event), "ledger": self.accountant.state_dict(),
+                "loss-weighting": weighting}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> DirichletMechanism:
         event = DirichletEvent(**state["event"])
-        mechanism = cls(event.r, event.alpha, event.sample_rate, state["ledger"]["config"]["target_delta"])
+        saved_weighting = state.get("loss-weighting")  # absent in ledgers written before it existed: the paper's
+        weighting = None if saved_weighting is None else LossWeighting(**saved_weighting)
+        mechanism = cls(event.r, event.alpha, event.sample_rate, state["ledger"]["config"]["target_delta"], weighting)
         mechanism.accountant.load_state_dict(state["ledger"])
         return mechanism

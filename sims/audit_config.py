@@ -14,7 +14,7 @@ CONTROL = "control"
 """The arm that never trains on a candidate (non-private, on as many other examples): the audit's
 false-alarm level, and the accuracy every other arm is matched against."""
 NORM_CHOICES = ("none", "group", "batch")
-"""dirichlet_fl.models.NORMS, repeated here so that this module stays free of torch (a test checks they agree)."""
+"""dirichlet_fl.norms.NORMS, repeated here so that this module stays free of torch (a test checks they agree)."""
 DEFAULT_RATES = (("none", 0.025), ("dpsgd", 0.5))
 """SGD rates: the non-private one (also the control's), and DP-SGD's on its noisy sum / expected batch size.
 Dirichlet's default is derived from the non-private rate (Section 3.6's kappa rule, see

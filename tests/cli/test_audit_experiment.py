@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cli import audit_experiment
-from dirichlet_fl.models import NORMS
+from dirichlet_fl.norms import NORMS
 from privacy.analysis import attenuation
 from privacy.audit import AttackCounts, epsilon_from_counts
 from sims.audit_config import CONTROL, NORM_CHOICES, Arm, ExperimentConfig, parse_rates
