@@ -115,6 +115,11 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
                         help="the Dirichlet clients' rate rule (the app's learning-rate-mode; default effective)")
     parser.add_argument("--validation", action="store_true",
                         help="evaluate on 20%% of the training data instead of the test set (to tune rates)")
+    parser.add_argument("--norm", default=defaults.norm,
+                        help="the model's normalisation: default, none, group or group-K (K channels per group)")
+    parser.add_argument("--dirichlet-weighting", default=defaults.dirichlet_weighting, choices=["normalized", "paper"],
+                        help="the Dirichlet NLL's per-example weighting (the app's dirichlet-weighting)")
+    parser.add_argument("--dirichlet-weight-cap", type=float, default=defaults.dirichlet_weight_cap)
     parser.add_argument("--dpsgd-learning-rate", type=float, default=defaults.dpsgd_learning_rate)
     parser.add_argument("--workers", type=int, default=2, help="worker processes, one thread each (default 2)")
     parser.add_argument("--resume", action="store_true",

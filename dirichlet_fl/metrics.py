@@ -119,3 +119,14 @@ def dead_class_streaks(dead: Sequence[int], previous: dict[int, int]) -> dict[in
     """Each class dead this round (`dead`) with its number of consecutive dead rounds, continuing
     `previous` (class -> streak up to the last round); a class alive again drops out."""
     return {c: previous.get(c, 0) + 1 for c in sorted(set(dead))}
+
+
+@torch.no_grad()
+def evaluate_model(model: torch.nn.Module, inputs: Tensor, labels: Tensor, batch_size: int = 1024) -> Evaluation:
+    """The model's Evaluation on (inputs, labels), forward passes in eval mode and in batches."""
+    model.eval()
+    logits = [model(inputs[start : start + batch_size]) for start in range(0, labels.shape[0], batch_size)]
+    if not logits:
+        num_classes = int(model(inputs[:1]).shape[1]) if inputs.shape[0] else 2
+        return evaluation_of(torch.zeros(0, num_classes), labels)
+    return evaluation_of(torch.cat(logits), labels)

@@ -46,9 +46,11 @@ MECHANISMS = ("none", "dirichlet", "dpsgd")
 SPLITS = ("iid", "noniid", "central")
 VALIDATION_FRACTION = 0.2
 PRIORITY_EPSILONS = (1.0, 4.0)
-CURVE_COLUMNS = ["split", "mechanism", "epsilon", "seed", "round", "accuracy", "loss", "confidence", "step_ratio"]
-RUN_COLUMNS = ["split", "mechanism", "epsilon", "delta", "seed", "status", "accuracy", "max_client_epsilon",
-               "floor", "learning_rate", "noise", "failed_clients", "seconds", "cpu_seconds"]
+CURVE_COLUMNS = ["split", "mechanism", "epsilon", "seed", "round", "accuracy", "balanced_accuracy", "macro_auc",
+                 "loss", "confidence", "step_ratio"]
+RUN_COLUMNS = ["split", "mechanism", "epsilon", "delta", "seed", "status", "accuracy", "balanced_accuracy",
+               "macro_auc", "min_class_recall", "dead_classes", "max_client_epsilon", "floor", "learning_rate",
+               "noise", "failed_clients", "seconds", "cpu_seconds"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ class Sweep:
     """Evaluate on a 20 % validation split of the training data instead of the test set (for tuning)."""
     learning_rate_mode: str = "effective"
     """The Dirichlet clients' rate rule (the app's learning-rate-mode): effective or adaptive."""
+    norm: str = "default"
+    """The model's normalisation (the app's norm key): default, none, group or group-K."""
+    dirichlet_weighting: str = "normalized"
+    """The Dirichlet NLL's per-example weighting (the app's dirichlet-weighting): normalized or paper."""
+    dirichlet_weight_cap: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,8 @@ def run_config(sweep: Sweep, cell: Cell, learning_rate: float) -> RunConfig:
         delta=PAPER_DELTA, alpha=sweep.alpha, max_grad_norm=sweep.max_grad_norm, batch_size=sweep.batch_size,
         local_epochs=sweep.local_epochs, optimizer="sgd", learning_rate=learning_rate, device="cpu",
         fraction_evaluate=0.0, results_dir="", learning_rate_mode=sweep.learning_rate_mode,
-        validation_fraction=VALIDATION_FRACTION if sweep.validation else 0.0,
+        validation_fraction=VALIDATION_FRACTION if sweep.validation else 0.0, norm=sweep.norm,
+        dirichlet_weighting=sweep.dirichlet_weighting, dirichlet_weight_cap=sweep.dirichlet_weight_cap,
     )
     config.validate()
     return config
@@ -140,10 +148,16 @@ def run_cell(sweep: Sweep, cell: Cell) -> dict[str, object]:
                     "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
     result = run_fedavg(config, clients)
     curve = [{"split": cell.split, "mechanism": cell.mechanism, "epsilon": cell.epsilon, "seed": cell.seed,
-              "round": r.round, "accuracy": r.central_accuracy, "loss": r.central_loss,
+              "round": r.round, "accuracy": r.central_accuracy, "balanced_accuracy": r.central_balanced_accuracy,
+              "macro_auc": r.central_macro_auc, "loss": r.central_loss,
               "confidence": r.central_confidence, "step_ratio": step_ratio(config, result, r.central_confidence)}
              for r in result.rounds]
+    final = result.rounds[-1] if result.rounds else None
+    recalls = [] if final is None else [x for x in final.central_per_class_recall if not math.isnan(x)]
     return {**row, "status": "ok", "accuracy": result.final_accuracy, CURVE: curve,
+            "balanced_accuracy": "" if final is None else final.central_balanced_accuracy,
+            "macro_auc": "" if final is None else final.central_macro_auc,
+            "min_class_recall": min(recalls, default=""), "dead_classes": sum(1 for x in recalls if x == 0.0),
             "max_client_epsilon": max(result.client_epsilons.values(), default=0.0),
             "learning_rate": rate, "failed_clients": len(result.failures),
             "noise": noise_range(result.client_parameters),
@@ -364,7 +378,8 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
         dirichlet_learning_rate=args.dirichlet_learning_rate, dpsgd_learning_rate=args.dpsgd_learning_rate,
         seeds=tuple(range(args.seeds)), epsilons=epsilons, splits=_subset(args.splits, SPLITS, "--splits"),
         mechanisms=_subset(args.mechanisms, MECHANISMS, "--mechanisms"), validation=args.validation,
-        learning_rate_mode=args.learning_rate_mode,
+        learning_rate_mode=args.learning_rate_mode, norm=args.norm, dirichlet_weighting=args.dirichlet_weighting,
+        dirichlet_weight_cap=args.dirichlet_weight_cap,
     )
     return quick(sweep) if args.quick else sweep
 

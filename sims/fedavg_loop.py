@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from client.round import Client, shard_of, train_round
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.metrics import evaluate_model
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
 from dirichlet_fl.task import evaluate, federated_split, initial_model, resolve_device, true_class_confidence
 from strategies.private_fedavg import seeded_sample
@@ -35,13 +36,17 @@ from strategies.private_fedavg import seeded_sample
 @dataclass(frozen=True)
 class LoopRound:
     """One round: central accuracy, loss and mean true-class confidence (the s_y of Theorem 11 that the
-    global model reaches), federated accuracy, who trained, refused or failed, the max eps, seconds."""
+    global model reaches), federated accuracy, who trained, refused or failed, the max eps, seconds, and
+    the central balanced accuracy, macro AUC and per-class recall (dirichlet_fl.metrics)."""
 
     round: int
     central_accuracy: float
     central_loss: float
     central_confidence: float
     federated_accuracy: float
+    central_balanced_accuracy: float
+    central_macro_auc: float
+    central_per_class_recall: tuple[float, ...]
     trained: int
     refused: int
     failed: int
@@ -143,11 +148,13 @@ class FedAvgLoop:
             self.config.seed, "evaluate", server_round, list(range(self.num_clients)), self.num_clients,
             self.config.fraction_evaluate)
         federated = _federated_accuracy(self.config, self.model, evaluated, self.num_clients)
-        loss, accuracy = evaluate(self.model, self.test_x, self.test_y)
+        central = evaluate_model(self.model, self.test_x, self.test_y)
         confidence = true_class_confidence(self.model, self.test_x, self.test_y)
         return LoopRound(
-            round=server_round, central_accuracy=accuracy, central_loss=loss, central_confidence=confidence,
-            federated_accuracy=federated,
+            round=server_round, central_accuracy=central.accuracy, central_loss=central.loss,
+            central_confidence=confidence, federated_accuracy=federated,
+            central_balanced_accuracy=central.balanced_accuracy, central_macro_auc=central.macro_auc,
+            central_per_class_recall=central.per_class_recall,
             trained=len(updates), refused=refused, failed=failed, max_epsilon=self.max_epsilon(),
             seconds=time.perf_counter() - start,
         )
