@@ -35,11 +35,14 @@ def test_steps_reports_medians_ratios_and_profile(tmp_path: Path, capsys: pytest
 
     medians = report["median_seconds"]
     samples = report["step_seconds"]  # the raw timings: the medians and ratios are recomputed from them here
-    assert {name: len(values) for name, values in samples.items()} == {"plain": 3, "dirichlet": 3, "opacus": 3}
+    assert {name: len(values) for name, values in samples.items()} == {"plain": 3, "dirichlet": 3, "normalized": 3,
+                                                                              "opacus": 3}
     assert medians == {name: statistics.median(values) for name, values in samples.items()}
     ratio = statistics.median(samples["dirichlet"]) / statistics.median(samples["plain"])
     assert report["dirichlet_over_plain"] == pytest.approx(ratio)
     assert report["targets"]["dirichlet_over_plain"]["met"] == (ratio <= 1.10)
+    normalized = statistics.median(samples["normalized"]) / statistics.median(samples["plain"])
+    assert report["normalized_over_plain"] == pytest.approx(normalized)
     assert report["config"]["batch_size"] == 4 and report["config"]["input"] == [1, 8, 8]
     assert set(report["profile_median_seconds"]["opacus"]) == {"forward", "loss", "backward", "optimizer_step"}
     config = json.loads((tmp_path / "config.json").read_text())
