@@ -36,6 +36,12 @@ def test_string_overrides_are_coerced() -> None:
         ("audit", "maybe", "use true or false"),
         ("partitioner", "natural", "needs site-file"),
         ("device", "tpu", "device='tpu' is invalid"),
+        ("dirichlet-weighting", "theorem11", "choose one of normalized, paper"),
+        ("dirichlet-weight-cap", 0.5, "dirichlet-weight-cap=0.5 is out of range"),
+        ("learning-rate-mode", "adaptive", "contradictory: the normalisation already undoes kappa"),
+        ("norm", "group-x", "group-K needs a whole K"),
+        ("norm", "layer", "norm='layer' is unknown"),
+        ("norm", "batch", "allow-batch-norm=true instead"),
     ],
 )
 def test_invalid_values_name_the_key_and_the_range(key: str, value: object, message: str) -> None:

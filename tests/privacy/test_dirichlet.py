@@ -118,3 +118,19 @@ def test_cuda_loss_is_finite_and_seeded() -> None:
     loss = dirichlet_nll_loss(logits, labels, 0.3, 0.1, generator)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
+
+
+def test_a_normalised_mechanism_keeps_its_weighting_through_its_state_and_steps_at_the_reference() -> None:
+    from privacy.mechanisms import DirichletMechanism, LossWeighting
+    from privacy.registry import restore_mechanism
+
+    mechanism = DirichletMechanism(0.2349, 3.0, 0.01, 1e-5, LossWeighting(0.8, 10.0))
+    restored = restore_mechanism(mechanism.state_dict())
+    assert isinstance(restored, DirichletMechanism) and restored.loss_weighting == LossWeighting(0.8, 10.0)
+    assert restored.step_rate(0.1, s_y=0.3) == pytest.approx(private_learning_rate(0.1, 0.2349, 3.0, 0.8))
+    paper = DirichletMechanism(0.2349, 3.0, 0.01, 1e-5)
+    state = paper.state_dict()
+    del state["loss-weighting"]  # a ledger written before the key existed: the paper's loss
+    old = restore_mechanism(state)
+    assert isinstance(old, DirichletMechanism) and old.loss_weighting is None
+    assert old.step_rate(0.1, s_y=0.3) == pytest.approx(private_learning_rate(0.1, 0.2349, 3.0, 0.3))
