@@ -95,7 +95,7 @@ class RunConfig:
     learning_rate_mode: str = "effective"
     reference_confidence: float = S_Y_FOR_LEARNING_RATE
     dirichlet_weighting: str = "normalized"
-    dirichlet_weight_cap: float = 20.0
+    dirichlet_weight_cap: float = 5.0
     device: str = "auto"
     results_dir: str = "results"
     run_name: str = ""

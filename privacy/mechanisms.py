@@ -57,7 +57,7 @@ class LossWeighting:
     (privacy/dirichlet.py, ConfidenceNormalization). Training only: the accountant never reads it."""
 
     reference_confidence: float = 0.9
-    cap: float = 20.0
+    cap: float = 5.0
 
 
 class Mechanism(ABC):

@@ -83,7 +83,7 @@ class Sweep:
     """The model's normalisation (the app's norm key): default, none, group or group-K."""
     dirichlet_weighting: str = "normalized"
     """The Dirichlet NLL's per-example weighting (the app's dirichlet-weighting): normalized or paper."""
-    dirichlet_weight_cap: float = 20.0
+    dirichlet_weight_cap: float = 5.0
 
 
 @dataclass(frozen=True)
