@@ -1,7 +1,8 @@
 """Pictures of run folders: curves.png (written after every round) and `dirichlet-fl plot` overlays.
 
 Read from a run folder's rounds.csv and ledger.csv (dirichlet_fl.runs), so a picture shows exactly
-what the files hold. Three panels: central test accuracy and central loss per round, and each
+what the files hold. Three panels: central test accuracy (with balanced accuracy and macro AUC, dashed
+and dotted, where rounds.csv has them) and central loss per round, and each
 client's eps (at the run's delta) over the rounds against its target, refusals marked. With several
 runs, the eps panel shows each run's largest client eps and its largest target.
 
@@ -27,6 +28,8 @@ class RunCurves:
     name: str
     rounds: list[int]
     accuracy: list[float]
+    balanced_accuracy: list[float]
+    macro_auc: list[float]
     loss: list[float]
     epsilon: dict[int, list[tuple[int, float]]]
     """client -> [(round, eps after that round)] (0 before a client's first step)."""
@@ -65,6 +68,8 @@ def read_curves(run_dir: str | Path) -> RunCurves:
         name=directory.name,
         rounds=[int(row["round"]) for row in rows],
         accuracy=[_float(row["central_accuracy"]) for row in rows],
+        balanced_accuracy=[_float(row.get("central_balanced_accuracy", "")) for row in rows],
+        macro_auc=[_float(row.get("central_macro_auc", "")) for row in rows],
         loss=[_float(row["central_loss"]) for row in rows],
         epsilon=epsilon,
         target=target,
@@ -85,9 +90,13 @@ def draw_curves(runs: list[RunCurves], path: str | Path) -> None:
     accuracy_axis, loss_axis, eps_axis = figure.subplots(1, 3)
     for run in runs:
         label = run.name if len(runs) > 1 else None
-        accuracy_axis.plot(run.rounds, run.accuracy, marker=".", label=label)
+        line = accuracy_axis.plot(run.rounds, run.accuracy, marker=".", label=label or "accuracy")[0]
+        for values, style, name in ((run.balanced_accuracy, "--", "balanced accuracy"), (run.macro_auc, ":", "macro AUC")):
+            if any(not math.isnan(v) for v in values):
+                accuracy_axis.plot(run.rounds, values, linestyle=style, color=line.get_color(),
+                                   label=None if label else name)
         loss_axis.plot(run.rounds, run.loss, marker=".", label=label)
-    accuracy_axis.set(title="central test accuracy", xlabel="round", ylim=(0.0, 1.0))
+    accuracy_axis.set(title="central test accuracy (-- balanced, : macro AUC)", xlabel="round", ylim=(0.0, 1.0))
     loss_axis.set(title="central test loss", xlabel="round")
     if len(runs) == 1:
         _client_epsilons(eps_axis, runs[0])
@@ -97,8 +106,7 @@ def draw_curves(runs: list[RunCurves], path: str | Path) -> None:
     for axis in (accuracy_axis, loss_axis, eps_axis):
         axis.grid(alpha=0.3)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if len(runs) > 1:
-        accuracy_axis.legend(fontsize="small")
+    accuracy_axis.legend(fontsize="small")
     delta = runs[0].delta if runs and runs[0].delta else "?"
     eps_axis.set(title=f"client eps (delta={delta}); x: refused", xlabel="round")
     temporary = Path(f"{path}.tmp.png")
