@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import audit, audit_experiment, bench, calibrate, check, partition, pilot, plot
+from cli import audit, audit_experiment, bench, calibrate, check, partition, pilot, plot, study
 
-COMMANDS = (calibrate, partition, audit, audit_experiment, bench, check, plot, pilot)
+COMMANDS = (calibrate, partition, audit, audit_experiment, bench, check, plot, pilot, study)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -1,0 +1,66 @@
+"""One cell of the study: a federated run in the plain loop (sims.fedavg_loop, tested against the app)
+and its table.csv row.
+
+How the clients fare: client i's accuracy is the global model's accuracy on a test set drawn like
+client i's own training data, sum_c p_i(c) recall_c, with p_i(c) its share of class c and recall_c the
+final model's recall of class c on the (central) test set. Under label skew a client that holds mostly
+a class the model neglects scores low; with an IID split every client scores about the accuracy.
+Classes absent from the test set are left out and the shares of the others renormalised.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import numpy as np
+
+from dirichlet_fl.task import federated_split
+from privacy.analysis import PAPER_DELTA
+from sims.accuracy_vs_epsilon import client_floor, noise_range
+from sims.fedavg_loop import run_fedavg
+from sims.study.plan import Cell, Study, clients_of, run_config
+
+COLUMNS = ["beta", "epsilon", "mechanism", "seed", "status", "accuracy", "balanced_accuracy", "macro_auc",
+           "worst_client_accuracy", "median_client_accuracy", "max_client_epsilon", "delta", "learning_rate",
+           "floor", "min_class_recall", "noise", "failed_clients", "client_accuracies", "seconds", "cpu_seconds"]
+"""table.csv: `beta` holds the partition (a beta, iid, central, classes=K or natural)."""
+
+
+def client_accuracies(parts: list[np.ndarray], labels: np.ndarray, recalls: tuple[float, ...]) -> list[float]:
+    """Each client's accuracy on a test set with its own label mix (module docstring)."""
+    present = np.array([not math.isnan(r) for r in recalls])
+    recall = np.nan_to_num(np.array(recalls, dtype=float))
+    result = []
+    for part in parts:
+        counts = np.bincount(labels[part], minlength=len(recalls)).astype(float) * present
+        result.append(float(counts @ recall / counts.sum()) if counts.sum() else math.nan)
+    return result
+
+
+def run_cell(study: Study, cell: Cell) -> dict[str, object]:
+    """Run one cell; its table.csv row (COLUMNS; CPU seconds: what the cell costs on an idle core)."""
+    start, cpu_start = time.perf_counter(), time.process_time()
+    config = run_config(study, cell)
+    clients = clients_of(study, cell.partition)
+    row: dict[str, object] = {"beta": cell.partition, "epsilon": cell.epsilon, "mechanism": cell.mechanism,
+                              "seed": cell.seed, "delta": PAPER_DELTA, "learning_rate": config.learning_rate,
+                              "floor": client_floor(config, clients) if cell.mechanism == "dirichlet" else ""}
+    result = run_fedavg(config, clients)
+    final = result.rounds[-1] if result.rounds else None
+    if final is None:
+        return {**row, "status": "no-rounds", "seconds": time.perf_counter() - start,
+                "cpu_seconds": time.process_time() - cpu_start}
+    split = federated_split(config.split_spec(clients))
+    per_client = client_accuracies(split.train_parts, split.data.train_y.numpy(), final.central_per_class_recall)
+    defined = [a for a in per_client if not math.isnan(a)]
+    recalls = [r for r in final.central_per_class_recall if not math.isnan(r)]
+    return {**row, "status": "ok", "accuracy": final.central_accuracy,
+            "balanced_accuracy": final.central_balanced_accuracy, "macro_auc": final.central_macro_auc,
+            "worst_client_accuracy": min(defined, default=math.nan),
+            "median_client_accuracy": statistics.median(defined) if defined else math.nan,
+            "max_client_epsilon": math.inf if cell.mechanism == "none" else max(result.client_epsilons.values()),
+            "min_class_recall": min(recalls, default=math.nan), "noise": noise_range(result.client_parameters),
+            "failed_clients": len(result.failures), "client_accuracies": ";".join(f"{a:.6g}" for a in per_client),
+            "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}

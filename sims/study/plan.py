@@ -1,0 +1,157 @@
+"""The study's grid and what it holds fixed, and the checks that run before any training.
+
+A partition is one value of the non-IID axis: a Dirichlet label skew `beta` (Hsu et al. 2019; smaller
+is more skewed), `iid`, `central` (one client with all the training data, the centralized reference),
+`classes=K` (pathological: K classes per client) or `natural` (sites from a CSV). A cell is a
+partition x mechanism x eps x seed; mechanism `none` has one eps, infinity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.data import load_dataset
+from dirichlet_fl.task import FederatedSplit, federated_split
+from privacy.analysis import PAPER_DELTA
+from sims.accuracy_vs_epsilon import client_floor
+
+MECHANISMS = ("none", "dirichlet", "dpsgd")
+PRIORITY_EPSILONS = (1.0, 4.0)
+VALIDATION_FRACTION = 0.2
+PARTITION_WORDS = ("iid", "central", "natural")
+
+
+@dataclass(frozen=True)
+class Study:
+    """Everything the study holds fixed across cells, and its axes (saved as study.json; --resume needs
+    an identical one)."""
+
+    dataset: str = "dermamnist"
+    data_root: str = ""
+    data_path: str = ""
+    num_clients: int = 10
+    partitions: tuple[str, ...] = ("0.3", "iid")
+    site_file: str = ""
+    epsilons: tuple[float, ...] = (1.0, 4.0)
+    mechanisms: tuple[str, ...] = MECHANISMS
+    seeds: tuple[int, ...] = (0, 1, 2)
+    model: str = "lenet"
+    rounds: int = 20
+    local_epochs: float = 1.0
+    batch_size: int = 10
+    learning_rate: float = 0.05
+    """Plain SGD rate of mechanism none (tuned on the DermaMNIST-shaped validation split, batch 10)."""
+    dirichlet_learning_rate: float = 0.05
+    """The Dirichlet clients' effective rate: each runs SGD at this / kappa_i(s_ref) at its own r*."""
+    dpsgd_learning_rate: float = 0.05
+    max_grad_norm: float = 1.0
+    alpha: float = 3.0
+    validation: bool = False
+    """Evaluate on a stratified 20 % of the training data instead of the test set (to tune rates)."""
+    norm: str = "default"
+    dirichlet_weighting: str = "normalized"
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run: a partition, a mechanism, a target eps (inf for none) and a seed."""
+
+    partition: str
+    mechanism: str
+    epsilon: float
+    seed: int
+
+    @property
+    def key(self) -> tuple[str, str, float, int]:
+        return (self.partition, self.mechanism, self.epsilon, self.seed)
+
+
+def parse_partition(word: str) -> str:
+    """A --betas item in its canonical spelling: a beta > 0 as written by %g, or a partition word."""
+    if word in PARTITION_WORDS or word.startswith("classes="):
+        return word
+    try:
+        beta = float(word)
+    except ValueError:
+        raise ValueError(f"--betas: {word!r} is not a beta; give numbers > 0, or the words "
+                         f"{', '.join(PARTITION_WORDS[:2])}") from None
+    if not beta > 0 or not math.isfinite(beta):
+        raise ValueError(f"--betas: beta={word} is out of range; the Dirichlet concentration must be > 0 and finite")
+    return f"{beta:g}"
+
+
+def cells(study: Study) -> list[Cell]:
+    """Every cell, in an order that makes a stopped study useful: the baselines and eps 1 and 4 first,
+    then seed by seed, and within a seed Dirichlet, then none, then DP-SGD (the slowest); so a study
+    stopped part-way holds every partition at the headline eps for one seed before it adds seeds."""
+    order = sorted(study.mechanisms, key=("dirichlet", "none", "dpsgd").index)
+    every = [Cell(partition, mechanism, epsilon, seed)
+             for mechanism in order for partition in study.partitions
+             for epsilon in ((math.inf,) if mechanism == "none" else study.epsilons) for seed in study.seeds]
+    return sorted(every, key=lambda c: (not (math.isinf(c.epsilon) or c.epsilon in PRIORITY_EPSILONS), c.seed))
+
+
+def clients_of(study: Study, partition: str) -> int:
+    return 1 if partition == "central" else study.num_clients
+
+
+def learning_rate(study: Study, mechanism: str) -> float:
+    return {"none": study.learning_rate, "dirichlet": study.dirichlet_learning_rate,
+            "dpsgd": study.dpsgd_learning_rate}[mechanism]
+
+
+def run_config(study: Study, cell: Cell) -> RunConfig:
+    """The app's run config of a cell (client evaluation off: the study evaluates the global model)."""
+    partition = cell.partition
+    partitioner = ("iid" if partition in ("iid", "central") else "natural" if partition == "natural"
+                   else "pathological" if partition.startswith("classes=") else "dirichlet")
+    config = RunConfig(
+        num_server_rounds=study.rounds, seed=cell.seed, dataset=study.dataset, data_root=study.data_root,
+        partitioner=partitioner, beta=float(partition) if partitioner == "dirichlet" else 0.5,
+        classes_per_client=int(partition.split("=")[1]) if partitioner == "pathological" else 2,
+        site_file=study.site_file if partitioner == "natural" else "", model=study.model,
+        mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
+        delta=PAPER_DELTA, alpha=study.alpha, max_grad_norm=study.max_grad_norm, batch_size=study.batch_size,
+        local_epochs=study.local_epochs, optimizer="sgd", learning_rate=learning_rate(study, cell.mechanism),
+        device=study.device, fraction_evaluate=0.0, results_dir="", learning_rate_mode="effective",
+        validation_fraction=VALIDATION_FRACTION if study.validation else 0.0, norm=study.norm,
+        dirichlet_weighting=study.dirichlet_weighting,
+    )
+    config.validate()
+    return config
+
+
+def check(study: Study) -> None:
+    """Raise a one-line ValueError, before any training, for a grid that cannot run: more clients than
+    training examples, a partition that cannot be drawn, or a Dirichlet eps at or below some client's
+    Theorem 10 floor for the planned steps (each client's q and T; the largest floor is named)."""
+    data = load_dataset(study.dataset, study.data_root or None)
+    examples = int(data.train_y.shape[0] * (1 - VALIDATION_FRACTION if study.validation else 1))
+    if study.num_clients > examples:
+        raise ValueError(f"--num-clients={study.num_clients} is above the {examples} training examples of "
+                         f"{data.name}; give at most {examples}")
+    for partition in study.partitions:
+        for seed in study.seeds:
+            config = run_config(study, Cell(partition, "dirichlet", max(study.epsilons, default=1.0), seed))
+            clients = clients_of(study, partition)
+            _split(config, clients)
+            if "dirichlet" in study.mechanisms:
+                floor = client_floor(config, clients)
+                low = min(study.epsilons)
+                if low <= floor:
+                    raise ValueError(f"--epsilons: eps={low:g} is at or below the Theorem 10 floor {floor:.6g} "
+                                     f"(delta={PAPER_DELTA:g}) of partition {partition}, seed {seed}, for "
+                                     f"{study.rounds} rounds x {study.local_epochs:g} local epochs; give eps > "
+                                     f"{floor:.6g} or plan fewer steps")
+
+
+def _split(config: RunConfig, clients: int) -> FederatedSplit:
+    """The cell's federated split; a partition that cannot be drawn is a ValueError naming --betas."""
+    try:
+        return federated_split(config.split_spec(clients))
+    except ValueError as error:
+        raise ValueError(f"--betas/--num-clients: partition {config.partitioner} cannot be drawn "
+                         f"({' '.join(str(error).split())})") from None

@@ -1,0 +1,152 @@
+"""The study's summary (table.md: mean ± sd over seeds) and pictures, from table.csv's rows.
+
+Pictures (matplotlib's object-oriented Agg API, written through a temporary file and os.replace):
+accuracy_vs_epsilon.png (accuracy and balanced accuracy against eps, one line per partition and
+mechanism, mechanism none as a horizontal line), client_spread.png (per cell, the clients' accuracies
+on their own label mix, pooled over seeds, as a box plot) and partition-<beta>.png (the class x
+client counts of each partition, seed of the study's first seed; dirichlet_fl.partition's heat map).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dirichlet_fl.partition import label_counts, plot_label_counts
+from dirichlet_fl.task import federated_split
+from sims.study.plan import Cell, Study, clients_of, run_config
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+METRICS = ("accuracy", "balanced_accuracy", "macro_auc", "worst_client_accuracy", "median_client_accuracy")
+HEADERS = ("accuracy", "balanced acc.", "macro AUC", "worst client", "median client")
+MECHANISM_ORDER = ("none", "dirichlet", "dpsgd")
+
+
+def number(value: object) -> float:
+    """A table.csv value as a float ('' and 'nan' as nan)."""
+    text = str(value)
+    return math.nan if text in ("", "nan", "None") else float(text)
+
+
+def groups(rows: list[dict[str, object]], study: Study) -> list[tuple[tuple[str, str, float], list[dict]]]:
+    """The finished rows per (partition, mechanism, eps), in the study's partition order, then mechanism,
+    then eps."""
+    found: dict[tuple[str, str, float], list[dict]] = {}
+    for row in rows:
+        if row["status"] == "ok":
+            found.setdefault((str(row["beta"]), str(row["mechanism"]), number(row["epsilon"])), []).append(row)
+    ranks = {p: i for i, p in enumerate(study.partitions)}
+    return sorted(found.items(), key=lambda item: (ranks.get(item[0][0], len(ranks)),
+                                                   MECHANISM_ORDER.index(item[0][1]), item[0][2]))
+
+
+def rounded_up(value: float, digits: int = 4) -> str:
+    """`value` to `digits` significant digits, rounded up (a privacy number is never shown below itself)."""
+    if not math.isfinite(value) or value <= 0:
+        return "inf" if math.isinf(value) else f"{value:g}"
+    step = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    shown = math.ceil(value / step) * step
+    text = f"{shown:.{digits}g}"
+    return text if float(text) >= value else f"{shown + step:.{digits}g}"
+
+
+def _mean_sd(values: list[float]) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "-"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{100 * statistics.mean(values):.1f} ± {100 * sd:.1f}"
+
+
+def markdown_table(rows: list[dict[str, object]], study: Study) -> str:
+    """table.md: one line per (partition, mechanism, eps), metrics in % as mean ± sd over the seeds
+    finished (their number shown), and the largest client eps (delta = 1e-5) over those seeds."""
+    lines = ["| beta | mechanism | eps | seeds | " + " | ".join(HEADERS) + " | max client eps |",
+             "|---" * (5 + len(HEADERS)) + "|"]
+    for (partition, mechanism, epsilon), members in groups(rows, study):
+        metrics = [_mean_sd([number(m[name]) for m in members]) for name in METRICS]
+        spent = max(number(m["max_client_epsilon"]) for m in members)
+        shown = "inf" if math.isinf(epsilon) else f"{epsilon:g}"
+        lines.append(f"| {partition} | {mechanism} | {shown} | {len(members)} | " + " | ".join(metrics)
+                     + f" | {rounded_up(spent)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _figure(width: float, height: float, panels: int = 1) -> tuple[Figure, list[Axes]]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure, [figure.add_subplot(1, panels, k + 1) for k in range(panels)]
+
+
+def _save(figure: Figure, path: Path) -> None:
+    temporary = path.with_name(f".{path.stem}.tmp.png")
+    figure.savefig(temporary, dpi=100)
+    os.replace(temporary, path)
+
+
+def plot_accuracy(rows: list[dict[str, object]], study: Study, path: Path) -> None:
+    """Accuracy and balanced accuracy (mean over seeds) against eps, one colour per partition."""
+    figure, axes = _figure(11, 4.2, panels=2)
+    colours = {p: f"C{i % 10}" for i, p in enumerate(study.partitions)}
+    styles = {"dirichlet": "-o", "dpsgd": "--s"}
+    summary = groups(rows, study)
+    for panel, metric in zip(axes, ("accuracy", "balanced_accuracy")):
+        for partition in study.partitions:
+            for mechanism in study.mechanisms:
+                points = [(eps, statistics.mean(number(m[metric]) for m in members))
+                          for (p, mech, eps), members in summary if p == partition and mech == mechanism]
+                if mechanism == "none" and points:
+                    panel.axhline(100 * points[0][1], color=colours[partition], linestyle=":",
+                                  label=f"beta={partition} none")
+                elif points:
+                    panel.plot([e for e, _ in points], [100 * a for _, a in points], styles[mechanism],
+                               color=colours[partition], label=f"beta={partition} {mechanism}")
+        panel.set(xscale="log", xlabel="target eps per client (delta = 1e-5)",
+                  ylabel=f"{metric.replace('_', ' ')} (%)", title=f"{metric.replace('_', ' ')} against eps")
+    axes[0].legend(fontsize=7)
+    _save(figure, path)
+
+
+def plot_client_spread(rows: list[dict[str, object]], study: Study, path: Path) -> None:
+    """One box per cell: the clients' accuracies on their own label mix, pooled over seeds."""
+    summary = groups(rows, study)
+    figure, (axes,) = _figure(max(5.0, 0.7 * len(summary) + 2), 4.2)
+    data, labels = [], []
+    for (partition, mechanism, epsilon), members in summary:
+        values = [100 * float(a) for m in members for a in str(m["client_accuracies"]).split(";") if a]
+        data.append([v for v in values if not math.isnan(v)])
+        labels.append(f"{partition}\n{mechanism}\n{'' if math.isinf(epsilon) else f'eps {epsilon:g}'}")
+    if data:
+        axes.boxplot(data)
+        axes.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+    axes.set(ylabel="client accuracy on its own label mix (%)", title="how the clients fare, per cell")
+    _save(figure, path)
+
+
+def plot_partitions(study: Study, out_dir: Path) -> list[Path]:
+    """partition-<beta>.png for every partition of the study (the first seed's split)."""
+    paths = []
+    for partition in study.partitions:
+        clients = clients_of(study, partition)
+        config = run_config(study, Cell(partition, "none", math.inf, study.seeds[0]))
+        split = federated_split(config.split_spec(clients))
+        labels = split.data.train_y.numpy()
+        counts = label_counts(labels, split.train_parts, split.data.num_classes)
+        path = out_dir / f"partition-{partition.replace('=', '-')}.png"
+        temporary = path.with_name(f".{path.stem}.tmp.png")
+        plot_label_counts(np.asarray(counts), str(temporary),
+                          f"{split.data.name}: beta={partition}, {clients} clients, seed {study.seeds[0]}")
+        os.replace(temporary, path)
+        paths.append(path)
+    return paths

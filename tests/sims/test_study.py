@@ -1,0 +1,144 @@
+"""`dirichlet-fl study`: a tiny study end to end on a DermaMNIST-format .npz, --resume, the bad-input
+lines (each before any training), the per-client accuracy and the cell order."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli.main import main
+from sims.study import cell as study_cell
+from sims.study.cell import COLUMNS, client_accuracies
+from sims.study.plan import Study, cells, parse_partition
+from sims.study.runner import read_table
+
+ISSUE_COLUMNS = {"beta", "epsilon", "mechanism", "seed", "accuracy", "balanced_accuracy", "macro_auc",
+                 "worst_client_accuracy", "median_client_accuracy", "max_client_epsilon", "learning_rate"}
+
+
+def write_dermamnist(path: Path, sizes: tuple[int, int, int] = (84, 14, 35), seed: int = 0) -> Path:
+    """A file in medmnist's DermaMNIST layout: 28 x 28 x 3 uint8 images, N x 1 labels in 0..6, every
+    class present; each class a different brightness, so that a model can learn something."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for split, n in zip(("train", "val", "test"), sizes):
+        labels = np.arange(n) % 7
+        images = rng.integers(0, 60, (n, 28, 28, 3)) + 30 * labels[:, None, None, None]
+        arrays[f"{split}_images"] = images.astype(np.uint8)
+        arrays[f"{split}_labels"] = labels.reshape(n, 1).astype(np.uint8)
+    np.savez(path, **arrays)
+    return path
+
+
+TINY = ["--num-clients", "2", "--epsilons", "8", "--mechanisms", "none,dirichlet", "--seeds", "1",
+        "--rounds", "1", "--local-epochs", "0.5"]
+
+
+@pytest.fixture
+def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if any cell starts training."""
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("training started")
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+
+
+def test_a_tiny_study_writes_the_table_and_pictures_and_resume_adds_no_row(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_dermamnist(tmp_path / "derma-like.npz")
+    out = tmp_path / "study"
+    argv = ["study", "--data-path", str(data), "--betas", "0.3,iid", *TINY, "--out", str(out)]
+    assert main(argv) == 0
+    with open(out / "table.csv", newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+    assert ISSUE_COLUMNS <= set(reader.fieldnames or [])
+    assert sorted((r["beta"], r["mechanism"]) for r in rows) == [
+        ("0.3", "dirichlet"), ("0.3", "none"), ("iid", "dirichlet"), ("iid", "none")]
+    for row in rows:
+        assert row["status"] == "ok" and 0 <= float(row["accuracy"]) <= 1
+        assert float(row["worst_client_accuracy"]) <= float(row["median_client_accuracy"])
+        assert len(row["client_accuracies"].split(";")) == 2
+    private = [r for r in rows if r["mechanism"] == "dirichlet"]
+    assert all(0 < float(r["max_client_epsilon"]) <= 8 for r in private)
+    for picture in ("accuracy_vs_epsilon.png", "client_spread.png", "partition-0.3.png", "partition-iid.png"):
+        assert (out / picture).stat().st_size > 1000
+    assert "| 0.3 | dirichlet | 8 | 1 |" in (out / "table.md").read_text()
+
+    monkeypatch.setattr(study_cell, "run_fedavg", lambda *_: (_ for _ in ()).throw(AssertionError("reran")))
+    assert main([*argv, "--resume"]) == 0
+    assert read_table(out / "table.csv") == [dict(r) for r in rows]
+
+
+@pytest.mark.parametrize(("change", "flag"), [
+    (["--betas", "0.3,skewed"], "--betas: 'skewed'"),
+    (["--betas", "0"], "--betas: beta=0"),
+    (["--betas", "-1"], "--betas: beta=-1"),
+    (["--num-clients", "500"], "--num-clients=500"),
+    (["--epsilons", "0.0005"], "--epsilons: eps=0.0005 is at or below the Theorem 10 floor"),
+    (["--mechanisms", "none,laplace"], "--mechanisms="),
+])
+def test_bad_input_is_one_line_naming_the_flag_before_training(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_training: None, change: list[str], flag: str) -> None:
+    data = write_dermamnist(tmp_path / "d.npz")
+    argv = ["study", "--data-path", str(data), "--betas", "0.3,iid", *TINY, *change, "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("dirichlet-fl study: error: ") and flag in error
+
+
+def test_a_data_path_not_in_medmnist_layout_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       no_training: None) -> None:
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x_train=np.zeros((4, 28, 28, 3), np.uint8), y_train=np.zeros(4))
+    labels_out_of_range = write_dermamnist(tmp_path / "eight.npz")
+    with np.load(labels_out_of_range) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    arrays["test_labels"] = arrays["test_labels"] + 1
+    np.savez(labels_out_of_range, **arrays)
+    for path, words in ((bad, "missing train_images"), (tmp_path / "none.npz", "file not found"),
+                        (labels_out_of_range, "valid range [0, 6]")):
+        assert main(["study", "--data-path", str(path), *TINY, "--out", str(tmp_path / "o")]) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and f"--data-path={path}" in error and words in error
+
+
+def test_resume_refuses_a_folder_made_with_other_axes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_dermamnist(tmp_path / "d.npz")
+    out = tmp_path / "o"
+    base = ["study", "--data-path", str(data), "--betas", "iid", *TINY, "--mechanisms", "none", "--out", str(out)]
+    assert main(base) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(study_cell, "run_fedavg", lambda *_: (_ for _ in ()).throw(AssertionError("ran")))
+    assert main([*base, "--betas", "iid,0.3", "--resume"]) == 2
+    error = capsys.readouterr().err
+    assert "--resume" in error and "(--betas differ)" in error and error.count("\n") == 1
+
+
+def test_a_client_scores_the_recall_of_its_own_label_mix() -> None:
+    labels = np.array([0, 0, 0, 1, 1, 2])
+    parts = [np.array([0, 1, 2]), np.array([3, 4, 5]), np.array([0, 3])]
+    accuracies = client_accuracies(parts, labels, (1.0, 0.0, math.nan))
+    assert accuracies[0] == 1.0 and accuracies[2] == 0.5
+    assert accuracies[1] == 0.0  # class 2 has no test example: left out, shares renormalised over class 1
+
+
+def test_cells_run_the_headline_eps_first_and_none_once_per_partition() -> None:
+    study = Study(partitions=("0.1", "iid"), epsilons=(0.5, 1.0, 2.0, 4.0), mechanisms=("dpsgd", "none", "dirichlet"),
+                  seeds=(0, 1))
+    order = cells(study)
+    assert len(order) == 2 * 2 * (1 + 4 + 4)
+    first_late = next(i for i, c in enumerate(order) if c.epsilon in (0.5, 2.0))
+    assert all(c.epsilon in (1.0, 4.0) or math.isinf(c.epsilon) for c in order[:first_late])
+    assert [c.mechanism for c in order[:2]] == ["dirichlet", "dirichlet"] and order[0].seed == 0
+    assert sum(1 for c in order if c.mechanism == "none") == 4
+    assert set(COLUMNS) >= ISSUE_COLUMNS
+
+
+def test_partition_words_are_canonical() -> None:
+    assert [parse_partition(w) for w in ("0.30", "1", "iid", "central", "classes=2")] == [
+        "0.3", "1", "iid", "central", "classes=2"]
