@@ -43,6 +43,12 @@ def describe(study: Study) -> str:
     return json.dumps(asdict(study), indent=2) + "\n"
 
 
+def load_study(path: Path) -> Study:
+    """The Study a study.json describes."""
+    values = json.loads(path.read_text())
+    return Study(**{key: tuple(value) if isinstance(value, list) else value for key, value in values.items()})
+
+
 def row_key(row: dict[str, object]) -> tuple[str, str, float, int]:
     return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), int(str(row["seed"])))
 

@@ -142,3 +142,9 @@ def test_cells_run_the_headline_eps_first_and_none_once_per_partition() -> None:
 def test_partition_words_are_canonical() -> None:
     assert [parse_partition(w) for w in ("0.30", "1", "iid", "central", "classes=2")] == [
         "0.3", "1", "iid", "central", "classes=2"]
+
+
+def test_the_docs_table_is_the_committed_smoke_study() -> None:
+    from scripts.render_study_docs import DOCS, block_of, rendered
+
+    assert block_of(DOCS.read_text()) == rendered(Path("docs/study-smoke"))
