@@ -29,6 +29,8 @@ PRESETS: dict[str, dict[str, object]] = {
 }
 """The paper's DermaMNIST setting: ResNet-9 on 28 x 28 x 3, q = 70/7007 and T = 6,006 steps for the
 central run (60 epochs of batch 70), eps 1, 2, 4, 8 at delta = 1e-5; needs the real dermamnist.npz."""
+DEFAULTS: dict[str, object] = {}
+"""Each option's default (filled by _options; the parser's own default is None: 'not given')."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +45,15 @@ def _options(parser: argparse.ArgumentParser) -> None:
     from sims.study.plan import Study
 
     d = Study()
-    add = parser.add_argument
+
+    def add(flag: str, default: object = None, **options: object) -> None:
+        """An option whose default is resolved by apply_preset (None here: 'not given')."""
+        if "action" in options:
+            parser.add_argument(flag, **options)  # type: ignore[arg-type]
+            return
+        DEFAULTS[flag[2:].replace("-", "_")] = default
+        parser.add_argument(flag, default=None, **options)  # type: ignore[arg-type]
+
     add("--preset", choices=sorted(PRESETS), default=None, help="a documented setting; other flags override it")
     add("--dataset", default=d.dataset, help="a medmnist 2D flag, mnist-idx, mnist or digits (default dermamnist)")
     add("--data-root", default="", help="folder of the data set's files")
@@ -140,10 +150,11 @@ def execute(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
 
 
 def apply_preset(args: argparse.Namespace) -> None:
-    """Set the preset's values on every option still at its default (a flag given otherwise wins)."""
-    for key, value in PRESETS.get(args.preset or "", {}).items():
-        if getattr(args, key) == args.parser.get_default(key):
-            setattr(args, key, value)
+    """Fill every option not given: from the preset if it sets it, else the default (a given flag wins)."""
+    preset = PRESETS.get(args.preset or "", {})
+    for key, default in DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, preset.get(key, default))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from sims.accuracy_vs_epsilon import _init_worker
 from sims.study.cell import COLUMNS, run_cell
@@ -45,7 +46,7 @@ def describe(study: Study) -> str:
 
 def load_study(path: Path) -> Study:
     """The Study a study.json describes."""
-    values = json.loads(path.read_text())
+    values: dict[str, Any] = json.loads(path.read_text())
     return Study(**{key: tuple(value) if isinstance(value, list) else value for key, value in values.items()})
 
 

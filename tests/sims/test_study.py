@@ -148,3 +148,17 @@ def test_the_docs_table_is_the_committed_smoke_study() -> None:
     from scripts.render_study_docs import DOCS, block_of, rendered
 
     assert block_of(DOCS.read_text()) == rendered(Path("docs/study-smoke"))
+
+
+def test_the_dermamnist_paper_preset_is_the_papers_setting_and_flags_override_it(tmp_path: Path) -> None:
+    from cli.main import build_parser
+    from cli.study import apply_preset, study_of
+
+    data = write_dermamnist(tmp_path / "dermamnist.npz")
+    args = build_parser().parse_args(["study", "--preset", "dermamnist-paper", "--data-path", str(data),
+                                      "--device", "cpu", "--seeds", "1"])
+    apply_preset(args)
+    study = study_of(args, tmp_path / "out")
+    assert (study.dataset, study.model, study.batch_size, study.rounds) == ("dermamnist", "resnet9", 70, 60)
+    assert study.epsilons == (1.0, 2.0, 4.0, 8.0) and study.partitions == ("central", "iid", "0.3")
+    assert (study.device, study.seeds) == ("cpu", (0,))
