@@ -46,8 +46,9 @@ def describe(study: Study) -> str:
 
 def load_study(path: Path) -> Study:
     """The Study a study.json describes."""
-    values: dict[str, Any] = json.loads(path.read_text())
-    return Study(**{key: tuple(value) if isinstance(value, list) else value for key, value in values.items()})
+    values: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value
+                              for key, value in json.loads(path.read_text()).items()}
+    return Study(**values)
 
 
 def row_key(row: dict[str, object]) -> tuple[str, str, float, int]:
