@@ -120,6 +120,8 @@ class Federation:
         startup_timeout: float = 60.0,
         grace_period: float = 10.0,
         log_dir: Path | None = None,
+        hub_url: str | None = None,
+        trusted_entities: Sequence[Path | None] = (),
     ) -> None:
         if not _CONNECTION_NAME.match(name):
             raise DeploymentError(f"connection name must match [A-Za-z0-9_-]+: {name!r}")
@@ -138,6 +140,8 @@ class Federation:
         self._processes: list[ManagedProcess] = []
         self._ports: set[int] = set()
         self._runs = 0
+        self.hub_url = hub_url
+        self.trusted_entities = list(trusted_entities)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -174,7 +178,9 @@ class Federation:
         try:
             self._start_superlink()
             self.write_connection()
-            self.await_nodes([self.launch_node(config) for config in self.node_configs])
+            pins = self.trusted_entities + [None] * (len(self.node_configs) - len(self.trusted_entities))
+            nodes = [self.launch_node(config, trusted_entities=pin) for config, pin in zip(self.node_configs, pins)]
+            self.await_nodes(nodes)
         except BaseException:
             self.stop()
             raise
@@ -218,7 +224,8 @@ class Federation:
         for attempt in range(1, attempts + 1):
             self.port = self._new_port()
             argv = self.superlink_argv()
-            self.superlink = self._spawn("superlink", argv, self.superlink_dir, self.flwr_home)
+            hub = {"FLWR_SUPERGRID_API_URL": self.hub_url} if self.hub_url else {}
+            self.superlink = self._spawn("superlink", argv, self.superlink_dir, self.flwr_home, extra_env=hub)
             deadline = time.monotonic() + self.startup_timeout
             try:
                 while not port_open(self.port):
@@ -274,8 +281,16 @@ class Federation:
                 raise DeploymentError(f"registering {public} failed: {gist} (log: {log_path})")
             time.sleep(0.5)
 
-    def supernode_argv(self, handle_keys: NodeKeys, root: Path, port: int, config: str) -> list[str]:
-        """A SuperNode's command line: TLS root CA, auth private key, node config, Runtime port."""
+    def supernode_argv(
+        self, handle_keys: NodeKeys, root: Path, port: int, config: str, trusted_entities: Path | None = None
+    ) -> list[str]:
+        """A SuperNode's command line: TLS root CA, auth private key, node config, Runtime port, and the
+        app signing keys it trusts (``--trusted-entities``: then it refuses any FAB they did not sign)."""
+        pin = (
+            ["--trusted-entities", str(require_file(trusted_entities, "--trusted-entities"))]
+            if trusted_entities
+            else []
+        )
         return [
             executable("flower-supernode"),
             "--superlink", self.address,
@@ -285,6 +300,7 @@ class Federation:
             "--node-config", config,
             "--host", LOOPBACK,
             "--port", str(port),
+            *pin,
         ]  # fmt: skip
 
     def add_node(
@@ -295,6 +311,7 @@ class Federation:
         root_certificates: Path | None = None,
         register: bool = True,
         site_id: int | None = None,
+        trusted_entities: Path | None = None,
     ) -> SuperNodeHandle:
         """Register (unless ``register=False``) and start one SuperNode; wait until it connects.
 
@@ -307,6 +324,7 @@ class Federation:
             root_certificates=root_certificates,
             register=register,
             site_id=site_id,
+            trusted_entities=trusted_entities,
         )
         self.await_nodes([node])
         return node
@@ -319,6 +337,7 @@ class Federation:
         root_certificates: Path | None = None,
         register: bool = True,
         site_id: int | None = None,
+        trusted_entities: Path | None = None,
     ) -> SuperNodeHandle:
         """Register (unless ``register=False``) and start one SuperNode without waiting for it.
 
@@ -329,7 +348,7 @@ class Federation:
         keys = keys or make_node_keys(self.workdir / "keys", site)
         root = root_certificates or self.certs.ca_cert
         config = render_config(node_config)
-        argv = self.supernode_argv(keys, root, port := self._new_port(), config)
+        argv = self.supernode_argv(keys, root, port := self._new_port(), config, trusted_entities)
         node_id = self.register(keys, site) if register else None
         workdir = self.workdir / f"supernode-{site}"
         process = self._spawn(f"supernode-{site}", argv, workdir, workdir / "flwr-home")
@@ -386,18 +405,24 @@ class Federation:
 
     def run(
         self,
-        app_dir: Path,
+        app_dir: Path | str,
         run_config: Mapping[str, ConfigValue] | None = None,
         timeout: float = 600.0,
     ) -> RunOutcome:
         """Submit ``app_dir`` with ``flwr run <app_dir> <name> --stream`` and wait for its end.
 
+        ``app_dir`` may instead be a Hub app spec ``@publisher/name==x.y.z`` (a string): the SuperLink then
+        fetches the FAB and its signatures from ``hub_url`` (cli/app_hub.py).
+
         Success needs more than exit code 0: Flower's CLI returns 0 when the ServerApp failed, so
         the output is scanned for ``Exit Code: <n>`` and the run's recorded status is read back.
         On timeout the CLI is killed and the run stopped on the SuperLink (``flwr stop``).
         """
-        app = require_file(app_dir / "pyproject.toml", "flwr run APP").parent
-        argv = [executable("flwr"), "run", str(app), self.name, "--stream"]
+        if isinstance(app_dir, str) and app_dir.startswith("@"):
+            app = app_dir
+        else:
+            app = str(require_file(Path(app_dir) / "pyproject.toml", "flwr run APP").parent)
+        argv = [executable("flwr"), "run", app, self.name, "--stream"]
         if run_config:
             argv += ["--run-config", render_config(run_config)]
         self._runs += 1
@@ -450,10 +475,12 @@ class Federation:
         flwr_home: Path,
         log_path: Path | None = None,
         stdout_path: Path | None = None,
+        extra_env: Mapping[str, str] | None = None,
     ) -> ManagedProcess:
         """Start a process with this federation's environment and record it for ``stop()``."""
         log_path = log_path or self.log_dir / f"{name}.log"
-        proc = start_process(name, argv, log_path, cwd, base_env(flwr_home), stdout_path)
+        env = base_env(flwr_home) | dict(extra_env or {})
+        proc = start_process(name, argv, log_path, cwd, env, stdout_path)
         self._processes.append(proc)
         return proc
 
@@ -502,4 +529,3 @@ def _json_field(stdout: str, key: str) -> object | None:
     except ValueError:
         return None
     return payload.get(key) if isinstance(payload, dict) else None
-

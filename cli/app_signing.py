@@ -1,0 +1,123 @@
+"""App pinning with Flower 1.42's own FAB verification: a reviewer's Ed25519 key signs the app, each site
+trusts only that key (``flower-supernode --trusted-entities``) and refuses any other app before its code runs.
+
+Flower's SuperNode, given ``--trusted-entities FILE`` (a YAML map ``key-id: 'ssh-ed25519 ...'``), checks every
+new run's FAB before it creates a task for it: the FAB must carry a verification record of a trusted key,
+an Ed25519 signature over ``signed_at (8 bytes big-endian) || sha256(FAB)``, else the site answers the
+message with Flower's FAB_VERIFICATION_ERROR and starts no ClientApp process (flwr/supernode/
+start_client_internal.py, ``_verify_fab``). Flower 1.42 attaches verification records only to FABs the
+SuperLink fetched from a Hub (``flwr run @publisher/app==x.y.z``); a FAB submitted from a folder carries
+none and is refused by every pinned site. cli/app_hub.py serves the signed FAB as that Hub.
+
+The signature is checked at the site with the site's own copy of the public key, so neither the Hub nor
+the SuperLink nor the coordinator can pass off another app. Run-config overrides are not signed: the site
+policy checks them (client/site.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from cli.processes import DeploymentError
+from dirichlet_fl.files import write_atomically
+
+_KEY_NAME = "app-reviewer"
+
+
+@dataclass(frozen=True)
+class ReviewerKey:
+    """An Ed25519 signing key in OpenSSH format (what ``flwr app review`` and ``--trusted-entities`` read)."""
+
+    private_key: Path
+    public_key: Path
+
+    @property
+    def public_line(self) -> str:
+        """The public key as one ``ssh-ed25519 AAAA...`` line, without its comment."""
+        return " ".join(self.public_key.read_text().split()[:2])
+
+    @property
+    def key_id(self) -> str:
+        """The key's id in a trusted-entities file and in a FAB's verification records: a hash of the key."""
+        return "fpk_" + hashlib.sha256(self.public_line.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Verification:
+    """One verification record of a FAB, as Flower Hub returns it for ``fetch-fab``."""
+
+    public_key_id: str
+    signature: str  # base64url without padding, as Flower Hub stores it
+    signed_at: int
+
+    def as_hub_record(self) -> dict[str, str | int]:
+        """The record in Flower Hub's JSON shape (control_handlers._format_verification reads it)."""
+        return {"public_key_id": self.public_key_id, "signature": self.signature, "signed_at": self.signed_at}
+
+
+def make_reviewer_key(directory: Path) -> ReviewerKey:
+    """Create (or reuse, if present and valid) the Ed25519 key that signs the apps the sites accept."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = ReviewerKey(directory / _KEY_NAME, directory / f"{_KEY_NAME}.pub")
+    if _reviewer_key_valid(key):
+        os.chmod(key.private_key, 0o600)
+        return key
+    private = ed25519.Ed25519PrivateKey.generate()
+    private_bytes = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    write_atomically(key.private_key, private_bytes, mode=0o600)
+    write_atomically(key.public_key, public + b" app-reviewer\n")
+    return key
+
+
+def _reviewer_key_valid(key: ReviewerKey) -> bool:
+    try:
+        private = serialization.load_ssh_private_key(key.private_key.read_bytes(), password=None)
+        public = serialization.load_ssh_public_key(key.public_key.read_bytes())
+    except Exception:  # unreadable, absent or not OpenSSH: generate a fresh key
+        return False
+    if not isinstance(private, ed25519.Ed25519PrivateKey) or not isinstance(public, ed25519.Ed25519PublicKey):
+        return False
+    return private.public_key().public_bytes_raw() == public.public_bytes_raw()
+
+
+def build_fab(app_dir: Path) -> bytes:
+    """The app's FAB exactly as ``flwr build``/``flwr run`` would bundle it (Flower's own builder)."""
+    from flwr.cli.build import build_fab_from_disk
+
+    if not (app_dir / "pyproject.toml").is_file():
+        raise DeploymentError(f"app folder {app_dir} has no pyproject.toml: give the Flower app's folder")
+    return build_fab_from_disk(app_dir)
+
+
+def sign_fab(fab: bytes, key: ReviewerKey, signed_at: int | None = None) -> Verification:
+    """Sign ``signed_at || sha256(fab)`` with the reviewer key, as ``flwr app review`` does."""
+    from flwr.supercore.primitives.asymmetric_ed25519 import create_message_to_sign
+
+    private = serialization.load_ssh_private_key(key.private_key.read_bytes(), password=None)
+    if not isinstance(private, ed25519.Ed25519PrivateKey):
+        raise DeploymentError(f"{key.private_key} is not an Ed25519 key: app signatures need one")
+    when = int(time.time()) if signed_at is None else signed_at
+    signature = private.sign(create_message_to_sign(hashlib.sha256(fab).digest(), when))
+    encoded = base64.urlsafe_b64encode(signature).rstrip(b"=").decode("ascii")
+    return Verification(key.key_id, encoded, when)
+
+
+def write_trusted_entities(path: Path, keys: list[ReviewerKey]) -> Path:
+    """A site's ``--trusted-entities`` YAML file: the reviewer keys whose signature it accepts (mode 0600)."""
+    if not keys:
+        raise DeploymentError("trusted entities: give at least one reviewer key (an empty file trusts nobody)")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lines = "".join(f"{key.key_id}: '{key.public_line}'\n" for key in keys)
+    write_atomically(path, lines.encode(), mode=0o600)
+    return path
