@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from cli.certificates import CertPaths, NodeKeys, make_certificates, make_node_keys
+from cli.fleet_gateway import FleetGateway
 from cli.processes import (
     LOOPBACK,
     POLL_S,
@@ -122,6 +123,7 @@ class Federation:
         log_dir: Path | None = None,
         hub_url: str | None = None,
         trusted_entities: Sequence[Path | None] = (),
+        fleet_gateway: bool = False,
     ) -> None:
         if not _CONNECTION_NAME.match(name):
             raise DeploymentError(f"connection name must match [A-Za-z0-9_-]+: {name!r}")
@@ -142,6 +144,8 @@ class Federation:
         self._runs = 0
         self.hub_url = hub_url
         self.trusted_entities = list(trusted_entities)
+        self.use_gateway = fleet_gateway
+        self.gateway: FleetGateway | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -170,6 +174,11 @@ class Federation:
             raise DeploymentError("the federation is not started")
         return f"{LOOPBACK}:{self.port}"
 
+    @property
+    def fleet_address(self) -> str:
+        """What the SuperNodes dial: the Fleet-only gateway if there is one, else the SuperLink itself."""
+        return f"{LOOPBACK}:{self.gateway.port}" if self.gateway is not None else self.address
+
     def start(self) -> Federation:
         """Start the SuperLink, register each site's key, start and await each SuperNode."""
         if self.superlink is not None:
@@ -177,6 +186,8 @@ class Federation:
         atexit.register(self.stop)
         try:
             self._start_superlink()
+            if self.use_gateway:
+                self.gateway = FleetGateway(self.certs, self.port or 0).__enter__()
             self.write_connection()
             pins = self.trusted_entities + [None] * (len(self.node_configs) - len(self.trusted_entities))
             nodes = [self.launch_node(config, trusted_entities=pin) for config, pin in zip(self.node_configs, pins)]
@@ -193,7 +204,11 @@ class Federation:
         after ``grace_period`` seconds for whatever is left.
         """
         atexit.unregister(self.stop)
-        return stop_processes(self._processes, self.grace_period)
+        survivors = stop_processes(self._processes, self.grace_period)
+        if self.gateway is not None:  # after the SuperNodes, which poll it until they stop
+            self.gateway.__exit__(None, None, None)
+            self.gateway = None
+        return survivors
 
     def all_pids(self) -> set[int]:
         """Every PID this federation started or saw as a descendant of one it started."""
@@ -293,7 +308,7 @@ class Federation:
         )
         return [
             executable("flower-supernode"),
-            "--superlink", self.address,
+            "--superlink", self.fleet_address,
             "--root-certificates", str(require_file(root, "--root-certificates")),
             "--auth-supernode-private-key",
             str(require_file(handle_keys.private_key, "--auth-supernode-private-key")),

@@ -1,0 +1,106 @@
+"""A Fleet-only TLS gateway: what the sites may reach of the SuperLink, and nothing else.
+
+Flower 1.42 serves its Fleet, Control and Runtime APIs on one HTTPS port (``flower-superlink --host --port``),
+and without Flower Enterprise the Control API has no login (``NoOpControlAuthnPlugin``: OIDC needs
+``flwr.ee``). Whoever reaches that port with ``ca.crt`` can therefore register a key
+(``flwr supernode register``), start or stop runs. The pilot binds the SuperLink to 127.0.0.1 and gives the
+sites this gateway's address instead: it terminates TLS with the SuperLink's certificate and forwards only
+paths under ``/v1/fleet/`` (what a SuperNode uses) to the SuperLink; every other path gets 403 without
+reaching it. The SuperNode's authentication headers pass through unchanged, so SuperNode auth still holds.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+
+import httpx
+
+from cli.certificates import CertPaths
+from cli.processes import LOOPBACK
+
+FLEET_PREFIX = "/v1/fleet/"
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
+
+
+class FleetGateway:
+    """A threaded HTTPS server on ``host`` forwarding ``/v1/fleet/*`` to the SuperLink on ``upstream_port``.
+
+    Use as a context manager. ``refused`` counts the requests it turned away (for the report and the tests).
+    """
+
+    def __init__(self, certs: CertPaths, upstream_port: int, host: str = LOOPBACK, port: int = 0) -> None:
+        self.upstream = f"https://{LOOPBACK}:{upstream_port}"
+        self.refused: list[str] = []
+        self._client = httpx.Client(verify=ssl.create_default_context(cafile=str(certs.ca_cert)), timeout=120.0)
+        self._server = ThreadingHTTPServer((host, port), _handler_for(self))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certs.server_cert, certs.server_key)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fleet-gateway", daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The port the sites dial."""
+        return int(self._server.server_address[1])
+
+    def __enter__(self) -> FleetGateway:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        self._client.close()
+
+    def forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> httpx.Response | None:
+        """The SuperLink's answer to a Fleet request, or None (refused) for any other path."""
+        if not path.startswith(FLEET_PREFIX):
+            self.refused.append(f"{method} {path}")
+            return None
+        kept = {name: value for name, value in headers.items() if name.lower() not in _HOP_BY_HOP}
+        return self._client.request(method, self.upstream + path, headers=kept, content=body)
+
+
+def _handler_for(gateway: FleetGateway) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        """Every method goes through `FleetGateway.forward`; refused or failed requests get a JSON detail."""
+
+        protocol_version = "HTTP/1.1"
+
+        def _relay(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+            try:
+                answer = gateway.forward(self.command, self.path, dict(self.headers.items()), body)
+            except httpx.HTTPError as error:
+                return self._send(502, {"detail": f"SuperLink unreachable: {type(error).__name__}"})
+            if answer is None:
+                return self._send(403, {"detail": f"{self.path}: only the Fleet API is served here"})
+            self.send_response(answer.status_code)
+            for name, value in answer.headers.items():
+                if name.lower() not in _HOP_BY_HOP | {"content-encoding"}:  # httpx decoded the body
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(answer.content)))
+            self.end_headers()
+            self.wfile.write(answer.content)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay  # noqa: N815 (http.server's naming)
+
+        def _send(self, status: int, payload: dict[str, str]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+            """Quiet: refusals are kept in `FleetGateway.refused`."""
+
+    return Handler
