@@ -100,6 +100,14 @@ def build_fab(app_dir: Path) -> bytes:
     return build_fab_from_disk(app_dir)
 
 
+def fab_identity(fab: bytes) -> tuple[str, str]:
+    """The FAB's Hub id ``@publisher/name`` and version ``x.y.z``, read from its own pyproject.toml."""
+    from flwr.common.config import get_fab_config, get_metadata_from_config
+
+    fab_id, version = get_metadata_from_config(get_fab_config(fab))
+    return f"@{fab_id}", version
+
+
 def sign_fab(fab: bytes, key: ReviewerKey, signed_at: int | None = None) -> Verification:
     """Sign ``signed_at || sha256(fab)`` with the reviewer key, as ``flwr app review`` does."""
     from flwr.supercore.primitives.asymmetric_ed25519 import create_message_to_sign

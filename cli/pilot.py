@@ -1,10 +1,13 @@
 """`dirichlet-fl pilot`: a consortium rehearsal on Flower's Deployment Engine, on loopback, in one command.
 
-It starts one `flower-superlink` (TLS, SuperNode authentication) and one `flower-supernode` per site
-(cli/federation.py's Federation), each with its own node config: its data (a partition of the run's
-data set, or its own `.npz` file), its target eps, its lifetime eps, its ledger folder and its noise
-secret. It then submits this app with `flwr run`, waits for the end, reports what each site did in this
-call (cli/pilot_report.py) and stops every process it started, by PID (also on Ctrl-C or SIGTERM).
+It starts one `flower-superlink` (TLS, SuperNode authentication, on 127.0.0.1, reached by the sites only
+through a Fleet-only gateway: cli/fleet_gateway.py) and one `flower-supernode` per site (cli/federation.py's
+Federation), each pinned to the app's signing key (cli/app_signing.py) and with its own node config: its
+data (a partition of the run's data set, or its own `.npz` file), its target eps, its lifetime eps, its
+ledger folder and its noise secret. It then signs this app, serves it from a loopback Hub stand-in
+(cli/app_hub.py), submits it with `flwr run @publisher/app==version`, waits for the end, reports what each
+site did in this call (cli/pilot_report.py) and stops every process it started, by PID (also on Ctrl-C or
+SIGTERM). docs/pilot-security.md says what this protects against whom.
 
 A second call with the same --workdir reuses the sites: their certificates, keys, secrets and
 ledgers, so that their lifetime spending continues; two calls at once on one --workdir are refused
@@ -13,6 +16,8 @@ ledgers, so that their lifetime spending continues; two calls at once on one --w
     pilot.lock     held by the running call (its PID inside)
     certificates/  CA and SuperLink certificate (cli/certificates.py)
     keys/          each site's authentication key pair
+    reviewer/      the Ed25519 key that signs the app (cli/app_signing.py); in a consortium, the reviewer's
+    sites/site-<i>/trusted-entities.yaml   the signing keys the site accepts (--trusted-entities)
     sites/site-<i>/ledgers/   the site's lifetime ledger (client/site.py), one file per data set
     sites/site-<i>/secret/    the site's noise secret (mode 0600)
     sites/site-<i>/cache/     the shard of its partition, cached between the processes of each message
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # Flower, torch and the app are imported when the command runs, not when it registers
+    from cli.app_signing import ReviewerKey
     from cli.federation import RunOutcome
     from cli.pilot_report import SiteOutcome
     from client.site import SiteLedger
@@ -45,6 +51,7 @@ PROG = "dirichlet-fl pilot"
 LIFETIME_FACTOR = 3.0
 """Default lifetime budget of a site: this many times the run's target eps."""
 LOCK_FILE = "pilot.lock"
+TRUSTED_ENTITIES = "trusted-entities.yaml"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -148,8 +155,7 @@ def _check_files(args: argparse.Namespace) -> str | None:
     files = [item for item in args.data_files.split(",") if item.strip()]
     if files and args.compare_simulation:
         return (
-            "--compare-simulation needs partition sites (no --data-files): the simulation engine cannot read "
-            "site files"
+            "--compare-simulation needs partition sites (no --data-files): the simulation engine cannot read site files"
         )
     if files and len(files) != args.sites:
         return f"--data-files names {len(files)} files for --sites={args.sites}: give one file per site"
@@ -292,6 +298,8 @@ def report(
     return {
         "tls": True,
         "authenticated": True,
+        "app_signed": True,
+        "fleet_only_gateway": True,
         **call,
         "run_dir": str(run_dir),
         "rounds": summary.get("rounds"),
@@ -378,16 +386,37 @@ def _run_locked(args: argparse.Namespace, app_dir: Path) -> int:
 def _deploy_and_run(
     args: argparse.Namespace, sites: list[Site], overrides: dict[str, Any], run_name: str, app_dir: Path
 ) -> RunOutcome:
-    """Start the federation (this call's logs in logs/<run name>/), submit a staged app, stop everything."""
+    """Sign the staged app, pin each site to the signing key, start the federation behind a Fleet-only
+    gateway (this call's logs in logs/<run name>/), submit the signed app by its Hub spec, stop everything."""
+    from cli.app_hub import AppHub, PublishedApp
+    from cli.app_signing import build_fab, fab_identity, make_reviewer_key, sign_fab
     from cli.federation import Federation
     from cli.processes import exit_on_sigterm
     from cli.staging import stage_app
 
     workdir = args.workdir.resolve()
     configs = [site.node_config for site in sites]
-    with exit_on_sigterm(), Federation(workdir, configs, name="pilot", log_dir=workdir / "logs" / run_name) as fed:
-        app = stage_app(app_dir, workdir / "app")
-        return fed.run(app, overrides, timeout=args.timeout)
+    fab = build_fab(stage_app(app_dir, workdir / "app"))
+    key = make_reviewer_key(workdir / "reviewer")
+    pins = [site_pin(workdir, site.site_id, key) for site in sites]
+    logs = workdir / "logs" / run_name
+    with exit_on_sigterm(), AppHub() as hub:
+        spec = hub.publish(PublishedApp(*fab_identity(fab), fab, [sign_fab(fab, key)]))
+        federation = Federation(
+            workdir, configs, name="pilot", log_dir=logs, hub_url=hub.url, trusted_entities=pins, fleet_gateway=True
+        )
+        with federation as fed:
+            return fed.run(spec, overrides, timeout=args.timeout)
+
+
+def site_pin(workdir: Path, site_id: int, key: ReviewerKey) -> Path:
+    """The site's --trusted-entities file, sites/site-<i>/trusted-entities.yaml: created with the pilot's
+    reviewer key if absent, and otherwise left as the site wrote it (the site's pin wins: a key it does not
+    trust makes it refuse the app)."""
+    from cli.app_signing import write_trusted_entities
+
+    path = workdir / "sites" / f"site-{site_id}" / TRUSTED_ENTITIES
+    return path if path.is_file() else write_trusted_entities(path, [key])
 
 
 def _finish(
