@@ -35,6 +35,7 @@ from dirichlet_fl.task import (
     resolve_device,
     site_shard,
 )
+from privacy.csprng import SecureRandom
 from privacy.lifetime import LifetimeBudgetSpent, calibrate_within_lifetime
 from privacy.mechanisms import Mechanism
 from privacy.registry import build_mechanism, restore_mechanism
@@ -200,7 +201,7 @@ def train_round(
         generator = client_generator(config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce)
         mean_loss = train_locally(
             wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate, generator,
-            augmentation(config), on_step=progress,
+            augmentation(config), on_step=progress, privacy_rng=SecureRandom() if config.secure_rng else None,
         )
     except LifetimeBudgetSpent as error:  # write_ahead's locked re-check: another run at the site trained meanwhile
         return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", summary))
@@ -216,6 +217,7 @@ def train_round(
         "learning-rate": learning_rate,
         "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
         "node-secret": int(node.secret is not None),
+        "secure-rng": int(config.secure_rng),
     }
     if mechanism.name != "dpsgd":  # DP-SGD's loss is of the un-noised batch: its eps does not cover it
         metrics["train-loss"] = mean_loss if math.isfinite(mean_loss) else 0.0

@@ -2,6 +2,8 @@
 
 Data lives on the device as tensors; each step draws a Poisson mask there and gathers the batch by
 index (no DataLoader in the hot loop). Losses are summed on the device and read once at the end.
+With `privacy_rng` (run-config `secure-rng`) the masks and the mechanism's draws come from the OS's
+CSPRNG (privacy/csprng.py); augmentation, which no eps depends on, keeps the seeded generator.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from privacy.csprng import SecureRandom
 from privacy.mechanisms import Mechanism
 from privacy.sampling import poisson_sample
 
@@ -35,11 +38,14 @@ def train_locally(
     generator: torch.Generator,
     augment: Callable[[Tensor, torch.Generator], Tensor] | None = None,
     on_step: Callable[[int], None] | None = None,
+    privacy_rng: SecureRandom | None = None,
 ) -> float:
     """Run `steps` Poisson-sampled steps, composing each into the mechanism's ledger before it runs,
     so that the ledger holds every step that released anything even if training fails midway;
     `on_step(k)`, if given, is told before step k runs (a round's progress file, client/progress.py).
+    Privacy draws come from `privacy_rng` when given, else from `generator`.
     Returns the mean loss over the non-empty batches (nan when every batch was empty)."""
+    draws: torch.Generator | SecureRandom = generator if privacy_rng is None else privacy_rng
     model.train()
     loss_sum = torch.zeros((), device=inputs.device)
     updates = 0
@@ -47,11 +53,11 @@ def train_locally(
         mechanism.record(1)
         if on_step is not None:
             on_step(step + 1)
-        index = poisson_sample(labels.shape[0], sample_rate, generator, inputs.device)
+        index = poisson_sample(labels.shape[0], sample_rate, draws, inputs.device)
         batch = inputs[index]
         if augment is not None and index.numel() > 0:
             batch = augment(batch, generator)
-        loss = mechanism.train_step(model, optimizer, batch, labels[index], generator)
+        loss = mechanism.train_step(model, optimizer, batch, labels[index], draws)
         if loss is not None:
             loss_sum += loss
             updates += 1

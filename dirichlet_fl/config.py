@@ -104,6 +104,7 @@ class RunConfig:
     resume_from: str = ""
     keep_updates: bool = False
     secure_noise: bool = False
+    secure_rng: bool = False
     secure_aggregation: str = "none"
     secagg_num_shares: float = 1.0
     secagg_reconstruction_threshold: float = 0.5

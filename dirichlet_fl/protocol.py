@@ -32,8 +32,10 @@ REFUSALS = (BUDGET_EXHAUSTED, POLICY_REFUSED)
 
 NOISE_FROM_SEED = "reproducible from seed"
 NOISE_FROM_SECRET = "node secret"
+NOISE_SECURE = "secure (CSPRNG)"
 """How a run's privacy randomness was keyed (summary.json's `noise`): by the run config's seed, which
-the coordinator knows, or by each node's secret, which never leaves the node."""
+the coordinator knows, by each node's secret, which never leaves the node, or not keyed at all: drawn
+from the node's operating-system CSPRNG (secure-rng = true, privacy/csprng.py)."""
 
 RUN_DIR_KEY = "run-dir"
 """The train message's config key holding the run folder (where simulated clients keep their ledgers)."""

@@ -40,7 +40,7 @@ from dirichlet_fl.config import RESUMABLE_KEYS, RunConfig
 from dirichlet_fl.data import ImageData
 from dirichlet_fl.files import append_atomically, write_atomically
 from dirichlet_fl.plots import CURVES_FILE, plot_runs
-from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED
+from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED, NOISE_SECURE
 from dirichlet_fl.task import build_run_model, federated_split
 from privacy.client_level import COVERS as CLIENT_LEVEL_COVERS
 
@@ -111,7 +111,7 @@ class RoundRecord:
     @property
     def noise(self) -> set[str]:
         """How the trainers keyed their privacy randomness (dirichlet_fl.protocol's labels)."""
-        return {NOISE_FROM_SECRET if m.get("node-secret") else NOISE_FROM_SEED for m in self.trained.values()}
+        return {_noise_label(m) for m in self.trained.values()}
 
 
 @dataclass
@@ -134,6 +134,13 @@ class ClientLedger:
         self.target_epsilon, self.sample_rate = values["target-epsilon"], values["sample-rate"]
         self.noise = {k: values[k] for k in ("r", "noise_multiplier") if k in values}
         self.learning_rate = values.get("learning-rate", self.learning_rate)  # errors report no rate
+
+
+def _noise_label(metrics: dict[str, Any]) -> str:
+    """Where one trainer's privacy randomness came from: its CSPRNG, its node secret, or the run's seed."""
+    if metrics.get("secure-rng"):
+        return NOISE_SECURE
+    return NOISE_FROM_SECRET if metrics.get("node-secret") else NOISE_FROM_SEED
 
 
 def _json_number(value: float) -> float | None:

@@ -10,6 +10,9 @@ log space instead, with the boosting identity G(a) = G(a + 1) * U^(1/a) (U unifo
 log G(a) = log G(a + 1) + log(U) / a, where G(a + 1) has shape >= 1 and never underflows. The loss is
 then logsumexp(log G) - log G[y], finite for every alpha > 0 and r >= 0.
 
+With a SecureRandom (privacy/csprng.py, run-config `secure-rng`) in place of the torch.Generator, the
+Gamma and uniform draws come from the operating system's CSPRNG, with the same pathwise gradient.
+
 Confidence normalisation (`reference_confidence`): by Theorem 11 the expected gradient on the logits is
 kappa(s_y) (s - onehot(y)) with kappa(s_y) = r s_y psi'(r s_y + alpha), nearly linear in s_y when r << alpha.
 An example the model is confidently wrong about (s_y -> 0) then gets almost no gradient, and rare classes
@@ -27,11 +30,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from privacy.csprng import SecureRandom, secure_standard_gamma
 
-def log_gamma_sample(shape: Tensor, generator: torch.Generator | None = None) -> Tensor:
+
+def log_gamma_sample(shape: Tensor, generator: torch.Generator | SecureRandom | None = None) -> Tensor:
     """log of Gamma(shape, 1) draws, differentiable in shape, without underflow for small shapes."""
-    boosted = torch._standard_gamma(shape + 1.0, generator=generator)
-    uniform = 1.0 - torch.rand(shape.shape, dtype=shape.dtype, device=shape.device, generator=generator)
+    if isinstance(generator, SecureRandom):
+        boosted = secure_standard_gamma(shape + 1.0, generator)
+        uniform = generator.uniform(shape.shape, shape.dtype, shape.device)
+    else:
+        boosted = torch._standard_gamma(shape + 1.0, generator=generator)
+        uniform = 1.0 - torch.rand(shape.shape, dtype=shape.dtype, device=shape.device, generator=generator)
     return torch.log(boosted) + torch.log(uniform) / shape
 
 
@@ -63,7 +72,7 @@ def dirichlet_nll_loss(
     labels: Tensor,
     r: float,
     alpha: float,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | SecureRandom | None = None,
     reduction: str = "mean",
     normalization: ConfidenceNormalization | None = None,
 ) -> Tensor:

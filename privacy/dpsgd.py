@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # torch and Opacus are imported where DP-SGD trains: the regi
     from opacus.accountants import RDPAccountant
     from torch import Tensor, nn
 
+    from privacy.csprng import SecureRandom
+
 EPSILON_TOLERANCE = 1e-3
 """Calibration stops once target - tolerance < eps(sigma) <= target (Opacus's bisection)."""
 GAUSSIAN_EXACT_ORDERS = 256
@@ -119,17 +121,19 @@ class DPSGDMechanism(Mechanism):
         }
 
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, torch.optim.Optimizer]:
-        """GradSampleModule (per-example gradients of a SUM loss) and DPOptimizer (clip, noise, divide by L).
+        """GradSampleModule (per-example gradients of a SUM loss) and DPOptimizer (clip, noise, divide by L;
+        its noise from the train step's generator or SecureRandom: privacy/dpsgd_noise.py).
 
         The returned module holds `model` as `_module` and shares its parameter tensors, so `model`
         itself always holds the current weights (read and save those: the wrapper's state_dict keys
         carry a `_module.` prefix). A model can be wrapped once; wrap a fresh model per training run.
         """
         from opacus import GradSampleModule
-        from opacus.optimizers import DPOptimizer
+
+        from privacy.dpsgd_noise import SourcedNoiseDPOptimizer
 
         module = GradSampleModule(model, loss_reduction="sum")
-        dp_optimizer = DPOptimizer(
+        dp_optimizer = SourcedNoiseDPOptimizer(
             optimizer,
             noise_multiplier=self.noise_multiplier,
             max_grad_norm=self.max_grad_norm,
@@ -138,7 +142,7 @@ class DPSGDMechanism(Mechanism):
         )
         return module, dp_optimizer
 
-    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None) -> Tensor:
         """Mean cross-entropy (DP-SGD privatises the gradient, not the loss)."""
         from torch.nn.functional import cross_entropy
 
@@ -150,9 +154,10 @@ class DPSGDMechanism(Mechanism):
         optimizer: torch.optim.Optimizer,
         inputs: Tensor,
         labels: Tensor,
-        generator: torch.Generator | None,
+        generator: torch.Generator | SecureRandom | None,
     ) -> Tensor | None:
-        """One DP-SGD step; the noise is drawn from `generator`. An empty batch steps on noise alone and
+        """One DP-SGD step; the noise is drawn from `generator` (a SecureRandom: the OS's CSPRNG). An empty
+        batch steps on noise alone and
         returns None (no loss); otherwise returns the batch's mean cross-entropy (detached)."""
         from opacus.optimizers import DPOptimizer
 

@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # torch is imported where a mechanism trains, so that the reg
     import torch
     from torch import Tensor, nn
 
+    from privacy.csprng import SecureRandom
+
 @dataclass(frozen=True)
 class MechanismSpec:
     """What a client needs to set up its mechanism: its budget and its whole-run plan."""
@@ -83,7 +85,7 @@ class Mechanism(ABC):
         return effective_rate
 
     @abstractmethod
-    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None) -> Tensor:
         """Mean loss of one minibatch."""
 
     def train_step(
@@ -92,7 +94,7 @@ class Mechanism(ABC):
         optimizer: torch.optim.Optimizer,
         inputs: Tensor,
         labels: Tensor,
-        generator: torch.Generator | None,
+        generator: torch.Generator | SecureRandom | None,
     ) -> Tensor | None:
         """One step of Algorithm 1 (lines 3-8); an empty batch makes no update. Returns the loss (on device)."""
         if labels.numel() == 0:
@@ -180,7 +182,7 @@ class NoPrivacy(Mechanism):
     def parameters(self) -> dict[str, float]:
         return {}
 
-    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None) -> Tensor:
         from torch.nn.functional import cross_entropy
 
         return cross_entropy(logits, labels)
@@ -247,7 +249,7 @@ class DirichletMechanism(Mechanism):
             s_y = self.loss_weighting.reference_confidence
         return private_learning_rate(effective_rate, self.event.r, self.event.alpha, s_y)
 
-    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | None) -> Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None) -> Tensor:
         from privacy.dirichlet import ConfidenceNormalization, dirichlet_nll_loss
 
         weighting = self.loss_weighting

@@ -1,15 +1,21 @@
-"""Poisson sampling of minibatches (Definition 5): each example joins independently with rate q."""
+"""Poisson sampling of minibatches (Definition 5): each example joins independently with rate q.
+
+The mask comes from a torch.Generator (reproducible from its seed) or from a SecureRandom
+(privacy/csprng.py: the operating system's CSPRNG, run-config `secure-rng`).
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from privacy.csprng import SecureRandom
+
 
 def poisson_sample(
     num_examples: int,
     sample_rate: float,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | SecureRandom | None = None,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """Indices (int64, on `device`) of one Poisson-sampled minibatch; possibly empty.
@@ -21,5 +27,8 @@ def poisson_sample(
         raise ValueError(f"sample_rate={sample_rate!r} is out of range: it must lie in (0, 1]")
     if num_examples < 0:
         raise ValueError(f"num_examples={num_examples!r} must be >= 0")
-    mask = torch.rand(num_examples, generator=generator, device=device) < sample_rate
+    if isinstance(generator, SecureRandom):
+        mask = generator.bernoulli_mask(num_examples, sample_rate, device)
+    else:
+        mask = torch.rand(num_examples, generator=generator, device=device) < sample_rate
     return mask.nonzero().squeeze(1)

@@ -1,8 +1,9 @@
 """`bench steps`: the cost of one training step under each mechanism, on the same model and batch.
 
-Three contenders start from the same weights and train on the same fixed batch:
+Five contenders start from the same weights and train on the same fixed batch:
 - plain: cross-entropy, NoPrivacy.train_step (the non-private baseline);
 - dirichlet: Algorithm 1's loss through DirichletMechanism.train_step (privacy.dirichlet.dirichlet_nll_loss);
+- dirichlet-csprng: the same, its Gamma and uniform draws from the OS's CSPRNG (privacy/csprng.py, secure-rng);
 - normalized: the same with the per-example confidence normalisation (dirichlet-weighting = "normalized");
 - opacus: DP-SGD through DPSGDMechanism.train_step (GradSampleModule + DPOptimizer).
 
@@ -28,10 +29,11 @@ from torch import Tensor, nn
 from dirichlet_fl.models import build_model
 from dirichlet_fl.task import synchronize
 from privacy.analysis import PAPER_DELTA, calibrate_r
+from privacy.csprng import SecureRandom
 from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, LossWeighting, Mechanism, MechanismSpec, NoPrivacy
 
-CONTENDERS = ("plain", "dirichlet", "normalized", "opacus")
+CONTENDERS = ("plain", "dirichlet", "dirichlet-csprng", "normalized", "opacus")
 PAPER_SAMPLE_RATE = 0.005
 PAPER_STEPS = 20_000
 """The paper's CIFAR10 setting; it only fixes r and sigma here, which do not change a step's cost."""
@@ -46,8 +48,12 @@ class Contender:
     mechanism: Mechanism
     model: nn.Module
     optimizer: torch.optim.Optimizer
+    secure: SecureRandom | None = None
+    """The contender's own CSPRNG (dirichlet-csprng); None: the shared seeded generator."""
 
-
+    def draws(self, generator: torch.Generator) -> torch.Generator | SecureRandom:
+        """Where this contender's privacy draws come from."""
+        return generator if self.secure is None else self.secure
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -61,13 +67,14 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _mechanisms(batch_size: int) -> dict[str, Mechanism]:
-    """The three mechanisms, calibrated for eps = 1 (delta = 1e-5) in the paper's CIFAR10 setting."""
+    """The mechanisms, calibrated for eps = 1 (delta = 1e-5) in the paper's CIFAR10 setting."""
     num_examples = round(batch_size / PAPER_SAMPLE_RATE)
     spec = MechanismSpec("dpsgd", 1.0, PAPER_DELTA, PAPER_SAMPLE_RATE, PAPER_STEPS, num_examples=num_examples)
     r = calibrate_r(spec.target_epsilon, spec.delta, spec.sample_rate, spec.planned_steps, spec.alpha).r
     return {
         "plain": NoPrivacy(PAPER_SAMPLE_RATE),
         "dirichlet": DirichletMechanism(r, spec.alpha, PAPER_SAMPLE_RATE, spec.delta),
+        "dirichlet-csprng": DirichletMechanism(r, spec.alpha, PAPER_SAMPLE_RATE, spec.delta),
         "normalized": DirichletMechanism(r, spec.alpha, PAPER_SAMPLE_RATE, spec.delta, LossWeighting()),
         "opacus": DPSGDMechanism.calibrated(spec),
     }
@@ -83,7 +90,7 @@ def build_contenders(args: argparse.Namespace, device: torch.device) -> dict[str
         model.load_state_dict(initial)
         model.to(device)
         wrapped, optimizer = mechanism.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
-        contenders[name] = Contender(mechanism, wrapped, optimizer)
+        contenders[name] = Contender(mechanism, wrapped, optimizer, SecureRandom() if name.endswith("csprng") else None)
     return contenders
 
 
@@ -98,7 +105,7 @@ def _timed(device: torch.device, action: Callable[[], object]) -> float:
 def time_steps(
     contenders: dict[str, Contender], batch: tuple[Tensor, Tensor], repeats: int, warmup: int, device: torch.device
 ) -> dict[str, list[float]]:
-    """Seconds of each train_step, interleaved: repeat i runs every contender once, starting at i mod 3."""
+    """Seconds of each train_step, interleaved: repeat i runs every contender once, starting at i mod their number."""
     inputs, labels = batch
     generator = torch.Generator(device=device).manual_seed(0)
     names = list(contenders)
@@ -106,7 +113,8 @@ def time_steps(
     for i in range(warmup + repeats):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             c = contenders[name]
-            seconds = _timed(device, lambda: c.mechanism.train_step(c.model, c.optimizer, inputs, labels, generator))
+            seconds = _timed(device, lambda: c.mechanism.train_step(c.model, c.optimizer, inputs, labels,
+                                                                    c.draws(generator)))
             if i >= warmup:
                 times[name].append(seconds)
     return times
@@ -116,7 +124,7 @@ def _loss_function(name: str, contender: Contender, generator: torch.Generator) 
     """The loss each train_step differentiates: DP-SGD sums per-example losses (its optimizer averages)."""
     if name == "opacus":
         return lambda logits, labels: nn.functional.cross_entropy(logits, labels, reduction="sum")
-    return lambda logits, labels: contender.mechanism.loss(logits, labels, generator)
+    return lambda logits, labels: contender.mechanism.loss(logits, labels, contender.draws(generator))
 
 
 def profile_pieces(
@@ -167,7 +175,7 @@ def _verdict(ratio: float, target: tuple[str, float]) -> bool:
 
 
 def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
-    """Time the three contenders and return the report (medians in seconds, ratios, targets)."""
+    """Time the contenders and return the report (medians in seconds, ratios, targets)."""
     _check(args)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -181,6 +189,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     medians = {name: statistics.median(values) for name, values in times.items()}
     ratios = {
         "dirichlet_over_plain": medians["dirichlet"] / medians["plain"],
+        "csprng_over_dirichlet": medians["dirichlet-csprng"] / medians["dirichlet"],
         "normalized_over_plain": medians["normalized"] / medians["plain"],
         "normalized_over_dirichlet": medians["normalized"] / medians["dirichlet"],
         "opacus_over_dirichlet": medians["opacus"] / medians["dirichlet"],
@@ -212,7 +221,8 @@ def summary_lines(report: dict[str, object]) -> list[str]:
         f"one training step, {config['model']}, batch {config['batch_size']} x {config['input']}, "
         f"{config['device']}, {config['threads']} threads, median of {config['repeats']} interleaved repeats:"
     ]
-    lines += [f"  {name:<10} {medians[name] * 1e3:9.2f} ms" for name in CONTENDERS]
+    lines += [f"  {name:<16} {medians[name] * 1e3:9.2f} ms" for name in CONTENDERS]
+    lines.append(f"  csprng_over_dirichlet = {report['csprng_over_dirichlet']:.3f}  (the cost of secure-rng)")
     for key, target in report["targets"].items():
         state = "met" if target["met"] else "MISSED"
         lines.append(f"  {key} = {report[key]:.3f}  (target {target['target']}: {state})")

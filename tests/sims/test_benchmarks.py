@@ -35,8 +35,10 @@ def test_steps_reports_medians_ratios_and_profile(tmp_path: Path, capsys: pytest
 
     medians = report["median_seconds"]
     samples = report["step_seconds"]  # the raw timings: the medians and ratios are recomputed from them here
-    assert {name: len(values) for name, values in samples.items()} == {"plain": 3, "dirichlet": 3, "normalized": 3,
-                                                                              "opacus": 3}
+    assert {name: len(values) for name, values in samples.items()} == {
+        "plain": 3, "dirichlet": 3, "dirichlet-csprng": 3, "normalized": 3, "opacus": 3}
+    csprng = statistics.median(samples["dirichlet-csprng"]) / statistics.median(samples["dirichlet"])
+    assert report["csprng_over_dirichlet"] == pytest.approx(csprng)
     assert medians == {name: statistics.median(values) for name, values in samples.items()}
     ratio = statistics.median(samples["dirichlet"]) / statistics.median(samples["plain"])
     assert report["dirichlet_over_plain"] == pytest.approx(ratio)
