@@ -169,3 +169,22 @@ def test_secure_rng_is_a_run_config_key_and_the_summary_says_secure() -> None:
     record = RoundRecord(1, trained={0: {"secure-rng": 1, "node-secret": 1}, 1: {"node-secret": 1}, 2: {}})
     assert record.noise == {NOISE_SECURE, NOISE_FROM_SECRET, NOISE_FROM_SEED}
     assert NOISE_SECURE == "secure (CSPRNG)"
+
+
+@pytest.mark.parametrize("mechanism", ["dirichlet", "dpsgd"])
+def test_a_client_trains_under_secure_rng_and_says_so(mechanism: str) -> None:
+    """The ClientApp end to end: secure-rng=true trains, composes its steps and reports secure-rng = 1."""
+    from flwr.app import ArrayRecord
+
+    import client.client_app as client_app
+    from dirichlet_fl.config import RunConfig
+    from dirichlet_fl.task import federated_split, initial_model
+    from tests.helpers import client_context, train_message
+
+    context = client_context({"local-steps": 4, "partitioner": "iid", "mechanism": mechanism, "secure-rng": True})
+    config = RunConfig.from_run_config(context.run_config)
+    arrays = ArrayRecord(initial_model(config, federated_split(config.split_spec(2)).data).state_dict())
+    reply = client_app.train(train_message(arrays, 1), context)
+    assert not reply.has_error()
+    metrics = reply.content["metrics"]
+    assert metrics["secure-rng"] == 1 and metrics["steps"] == 4 and 0 < metrics["epsilon"] <= 1.0
