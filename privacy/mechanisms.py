@@ -287,9 +287,11 @@ class DirichletMechanism(Mechanism):
         return self.accountant.num_releases
 
     def state_dict(self) -> dict[str, Any]:
-        weighting = None if self.loss_weighting is None else asdict(self.loss_weighting)
-        return {"mechanism": self.name, "event": asdict(self.event), "ledger": self.accountant.state_dict(),
-                "loss-weighting": weighting}
+        """The ledger layout of every earlier version, plus `loss-weighting` only when the NLL is normalised."""
+        state = {"mechanism": self.name, "event": asdict(self.event), "ledger": self.accountant.state_dict()}
+        if self.loss_weighting is not None:
+            state["loss-weighting"] = asdict(self.loss_weighting)
+        return state
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> DirichletMechanism:
