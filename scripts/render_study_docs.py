@@ -8,12 +8,11 @@ the file (tests/sims/test_study.py checks). Run from the repository root:
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-BEGIN, END = "<!-- study-table:begin -->", "<!-- study-table:end -->"
 DOCS = Path("docs/study.md")
+BLOCK = "study-table"
 
 
 def rendered(folder: Path) -> str:
@@ -24,18 +23,10 @@ def rendered(folder: Path) -> str:
     return markdown_table(read_table(folder / TABLE_FILE), load_study(folder / STUDY_FILE))
 
 
-def block_of(text: str) -> str:
-    """What docs/study.md holds between the markers."""
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[start:end].strip("\n") + "\n"
-
-
 def main(folder: Path = Path("docs/study-smoke")) -> None:
-    text = DOCS.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    temporary = DOCS.with_name(f".{DOCS.name}.tmp")
-    temporary.write_text(f"{text[:start]}\n{rendered(folder)}{text[end:]}")
-    os.replace(temporary, DOCS)
+    from scripts.doc_blocks import replace_block
+
+    replace_block(DOCS, BLOCK, rendered(folder))
 
 
 if __name__ == "__main__":

@@ -145,9 +145,10 @@ def test_partition_words_are_canonical() -> None:
 
 
 def test_the_docs_table_is_the_committed_smoke_study() -> None:
-    from scripts.render_study_docs import DOCS, block_of, rendered
+    from scripts.doc_blocks import block
+    from scripts.render_study_docs import BLOCK, DOCS, rendered
 
-    assert block_of(DOCS.read_text()) == rendered(Path("docs/study-smoke"))
+    assert block(DOCS, BLOCK) == rendered(Path("docs/study-smoke"))
 
 
 def test_the_dermamnist_paper_preset_is_the_papers_setting_and_flags_override_it(tmp_path: Path) -> None:
