@@ -90,7 +90,7 @@ def client_data(config: RunConfig, client: Client) -> tuple[ClientShard, ImageDa
     own data file, or its partition of the run's split (from the node's cache when it has one)."""
     device = resolve_device(config.device)
     if client.data_file:
-        return site_shard(client.data_file, dataset_num_classes(config.dataset), device)
+        return site_shard(client.data_file, dataset_num_classes(config.data.dataset), device)
     spec = config.split_spec(client.num_partitions)
     if client.cache_dir:
         return cached_client_shard(spec, client.partition_id, device, Path(client.cache_dir))
@@ -110,7 +110,7 @@ def load_weights(model: nn.Module, weights: dict[str, Tensor], config: RunConfig
         if not client.data_file:
             raise
         raise ValueError(
-            f"data-file {client.data_file}: its images do not fit the run's model (dataset={config.dataset}, "
+            f"data-file {client.data_file}: its images do not fit the run's model (dataset={config.data.dataset}, "
             f"model={config.model}): export the site's data at the run's image size and channels"
         ) from None
 
@@ -197,7 +197,7 @@ def train_round(
         model = build_run_model(config, data).to(shard.train_x.device)
         load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard)
-        wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, learning_rate))
+        wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.lr.optimizer, model, learning_rate))
         generator = client_generator(config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce)
         mean_loss = train_locally(
             wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate, generator,

@@ -1,17 +1,20 @@
 """The run configuration: read once from Flower's run config into a typed, validated dataclass.
 
-Keys are kebab-case in pyproject.toml's [tool.flwr.app.config] and in `flwr run . --run-config`;
-fields here are their snake_case twins. Every invalid value raises a ValueError that names the key,
-the value and the valid range.
+Keys are kebab-case in pyproject.toml's [tool.flwr.app.config] and in `flwr run . --run-config`; each
+field names its key (`setting`), and related keys are grouped into sub-configs (data, learning rate,
+SecAgg+, client-level DP) while the keys themselves stay flat. Every invalid value raises a ValueError
+that names the key, the value and the valid range. Adding a key: one `setting` line in the dataclass
+it belongs to, its check in that class's validate(), and its default in pyproject.toml.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, cast
 
+from dirichlet_fl.models import MODELS
 from dirichlet_fl.norms import check_norm
 from dirichlet_fl.partition import PARTITIONERS
 from privacy.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
@@ -32,9 +35,24 @@ AUGMENT_CHOICES = ("auto", "on", "off")
 SECURE_AGGREGATION = ("none", "secaggplus")
 """none: the server sees every update; secaggplus: Flower's SecAgg+, the server sees only the sum."""
 CLIENT_DP = ("none", "central", "adaptive")
+"""Client-level DP on the aggregate (DP-FedAvg): none, central (fixed clipping norm, Gaussian noise) or
+adaptive (the clipping norm follows a quantile of the update norms)."""
 COUNT_STDDEV_DIVISOR = 20
 """Adaptive clipping's default count noise: sigma_b = m / 20 for m sampled clients (Andrew et al. 2021)."""
-"""Client-level DP on the aggregate (DP-FedAvg): none, or central (fixed clipping norm, Gaussian noise)."""
+MAX_DELTA = 0.1
+"""delta must lie below this. A delta is meaningful only far below 1/n for n examples: a mechanism that
+publishes each example with probability delta is (0, delta)-DP and still leaks delta * n of them; every
+client holds more than batch-size >= 1 examples, and the pre-flight checks delta < 1/n per client."""
+MAX_LOCAL_STEPS = 1_000_000
+"""local-steps must be at most this: 18,000 times the default job's 54 steps a round, and half an hour
+per client per round at the default model's 2 ms step (BENCHMARKS.md); a larger value is a typo."""
+SEED_LIMIT = 2**32
+"""seed must lie in [0, 2**32): the range numpy's and flwr-datasets' shuffling seeds accept."""
+
+
+def setting(key: str, default: Any) -> Any:
+    """A config field bound to its run-config key (kebab-case, as in pyproject.toml)."""
+    return field(default=default, metadata={"key": key})
 
 
 def clients_per_round(population: int, fraction: float, eligible: int) -> int:
@@ -61,78 +79,172 @@ class SplitSpec:
 
 
 @dataclass(frozen=True)
+class DataConfig:
+    """Which data set, where it lives, and how it is split among the clients."""
+
+    dataset: str = setting("dataset", "digits")
+    root: str = setting("data-root", "data")
+    download: bool = setting("data-download", False)
+    validation_fraction: float = setting("validation-fraction", 0.0)
+    partitioner: str = setting("partitioner", "dirichlet")
+    beta: float = setting("beta", 0.5)
+    classes_per_client: int = setting("classes-per-client", 2)
+    site_file: str = setting("site-file", "")
+
+    def validate(self) -> None:
+        check_in_interval("validation-fraction", self.validation_fraction, 0.0, 0.5)
+        check_choice("partitioner", self.partitioner, PARTITIONERS)
+        check_positive("beta", self.beta)
+        check_integer("classes-per-client", self.classes_per_client, 1)
+        if self.partitioner == "natural" and not self.site_file:
+            raise ValueError("partitioner='natural' needs site-file: a CSV with columns index,site")
+
+
+@dataclass(frozen=True)
+class LearningRateConfig:
+    """The optimizer and how each client sets its rate (client setup's client_learning_rate)."""
+
+    optimizer: str = setting("optimizer", "sgd")
+    rate: float = setting("learning-rate", 0.05)
+    mode: str = setting("learning-rate-mode", "effective")
+    reference_confidence: float = setting("reference-confidence", S_Y_FOR_LEARNING_RATE)
+
+    def validate(self) -> None:
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_positive("learning-rate", self.rate)
+        check_choice("learning-rate-mode", self.mode, LEARNING_RATE_MODES)
+        check_in_interval("reference-confidence", self.reference_confidence, 0.0, 1.0, open_low=True)
+
+
+@dataclass(frozen=True)
+class SecAggConfig:
+    """Flower's SecAgg+ (secure-aggregation = "secaggplus"): shares, threshold and quantization."""
+
+    mode: str = setting("secure-aggregation", "none")
+    num_shares: float = setting("secagg-num-shares", 1.0)
+    reconstruction_threshold: float = setting("secagg-reconstruction-threshold", 0.5)
+    clipping_range: float = setting("secagg-clipping-range", 8.0)
+    quantization_range: int = setting("secagg-quantization-range", 4194304)
+    max_weight: float = setting("secagg-max-weight", 1000.0)
+
+    def validate(self) -> None:
+        check_choice("secure-aggregation", self.mode, SECURE_AGGREGATION)
+        for key, value in (("secagg-num-shares", self.num_shares),
+                           ("secagg-reconstruction-threshold", self.reconstruction_threshold)):
+            check_positive(key, value)
+            if value > 1 and (value != int(value) or value < 2):
+                raise ValueError(f"{key}={value!r} is invalid: give a fraction in (0, 1] or a whole count >= 2")
+        if 1 < self.num_shares <= 2:
+            raise ValueError(f"secagg-num-shares={self.num_shares!r} is invalid: a count must be > 2")
+        if 1 < self.num_shares <= self.reconstruction_threshold:
+            raise ValueError(
+                f"secagg-reconstruction-threshold={self.reconstruction_threshold!r} must be below "
+                f"secagg-num-shares={self.num_shares!r}"
+            )
+        check_positive("secagg-clipping-range", self.clipping_range)
+        check_integer("secagg-quantization-range", self.quantization_range, 2)
+        if self.quantization_range >= 2**32:
+            raise ValueError(f"secagg-quantization-range={self.quantization_range} is out of range: it must be below "
+                             "2**32 (the masks' modulus)")
+        check_positive("secagg-max-weight", self.max_weight)
+
+
+@dataclass(frozen=True)
+class ClientDpConfig:
+    """The client-dp keys: client-level DP on the aggregate (privacy/client_level.py, strategies/secure.py)."""
+
+    mode: str = setting("client-dp", "none")
+    clipping_norm: float = setting("client-clipping-norm", 1.0)
+    noise_multiplier: float = setting("client-noise-multiplier", 1.0)
+    clip_target_quantile: float = setting("client-clip-target-quantile", 0.5)
+    clip_learning_rate: float = setting("client-clip-learning-rate", 0.2)
+    clipped_count_stddev: float = setting("client-clipped-count-stddev", 0.0)
+
+    def validate(self) -> None:
+        check_choice("client-dp", self.mode, CLIENT_DP)
+        check_positive("client-clipping-norm", self.clipping_norm)
+        if not self.noise_multiplier >= 0:
+            raise ValueError(f"client-noise-multiplier={self.noise_multiplier!r} is out of range: it must be >= 0")
+        check_in_open_interval("client-clip-target-quantile", self.clip_target_quantile, 0.0, 1.0)
+        check_positive("client-clip-learning-rate", self.clip_learning_rate)
+        if not self.clipped_count_stddev >= 0:
+            raise ValueError(f"client-clipped-count-stddev={self.clipped_count_stddev!r} is out of range: it "
+                             "must be >= 0 (0: the first round's number of sampled clients / 20)")
+        if self.mode == "adaptive" and self.clipped_count_stddev > 0:
+            update_noise_multiplier(self.noise_multiplier, self.clipped_count_stddev)
+
+    def count_stddev(self, sample_size: int) -> float:
+        """sigma_b of client-dp = "adaptive": client-clipped-count-stddev, or (0) the number of clients
+        sampled in the first round / 20, Andrew et al.'s suggestion; fixed for the run."""
+        return self.clipped_count_stddev or sample_size / COUNT_STDDEV_DIVISOR
+
+    def adaptive_clipping(self, count_stddev: float) -> AdaptiveClipping:
+        """client-dp = "adaptive"'s clipping with count noise sigma_b = `count_stddev` (see count_stddev),
+        after checking that it leaves room for z (update_noise_multiplier refuses)."""
+        update_noise_multiplier(self.noise_multiplier, count_stddev)
+        return AdaptiveClipping(self.clipping_norm, self.clip_target_quantile, self.clip_learning_rate, count_stddev)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything one federated run needs. Defaults are the embedded digits job of README.md."""
 
-    num_server_rounds: int = 5
-    calibration_rounds: int = 0
-    fraction_train: float = 1.0
-    fraction_evaluate: float = 1.0
-    seed: int = 0
-    dataset: str = "digits"
-    data_root: str = "data"
-    data_download: bool = False
-    validation_fraction: float = 0.0
-    partitioner: str = "dirichlet"
-    beta: float = 0.5
-    classes_per_client: int = 2
-    site_file: str = ""
-    model: str = "cnn"
-    norm: str = "default"
-    allow_batch_norm: bool = False
-    augment: str = "auto"
-    mechanism: str = "dirichlet"
-    target_epsilon: float = 1.0
-    client_epsilons: str = ""
-    delta: float = PAPER_DELTA
-    alpha: float = 3.0
-    max_grad_norm: float = 1.0
-    batch_size: int = 8
-    local_epochs: float = 3.0
-    local_steps: int = 0
-    optimizer: str = "sgd"
-    learning_rate: float = 0.05
-    learning_rate_mode: str = "effective"
-    reference_confidence: float = S_Y_FOR_LEARNING_RATE
-    dirichlet_weighting: str = "normalized"
-    dirichlet_weight_cap: float = 5.0
-    device: str = "auto"
-    results_dir: str = "results"
-    run_name: str = ""
-    audit: bool = False
-    max_idle_rounds: int = 2
-    resume_from: str = ""
-    keep_updates: bool = False
-    secure_noise: bool = False
-    secure_rng: bool = False
-    secure_aggregation: str = "none"
-    secagg_num_shares: float = 1.0
-    secagg_reconstruction_threshold: float = 0.5
-    secagg_clipping_range: float = 8.0
-    secagg_quantization_range: int = 4194304
-    secagg_max_weight: float = 1000.0
-    client_dp: str = "none"
-    client_clipping_norm: float = 1.0
-    client_noise_multiplier: float = 1.0
-    client_clip_target_quantile: float = 0.5
-    client_clip_learning_rate: float = 0.2
-    client_clipped_count_stddev: float = 0.0
+    num_server_rounds: int = setting("num-server-rounds", 5)
+    calibration_rounds: int = setting("calibration-rounds", 0)
+    fraction_train: float = setting("fraction-train", 1.0)
+    fraction_evaluate: float = setting("fraction-evaluate", 1.0)
+    seed: int = setting("seed", 0)
+    model: str = setting("model", "cnn")
+    norm: str = setting("norm", "default")
+    allow_batch_norm: bool = setting("allow-batch-norm", False)
+    augment: str = setting("augment", "auto")
+    mechanism: str = setting("mechanism", "dirichlet")
+    target_epsilon: float = setting("target-epsilon", 1.0)
+    client_epsilons: str = setting("client-epsilons", "")
+    delta: float = setting("delta", PAPER_DELTA)
+    alpha: float = setting("alpha", 3.0)
+    max_grad_norm: float = setting("max-grad-norm", 1.0)
+    dirichlet_weighting: str = setting("dirichlet-weighting", "normalized")
+    dirichlet_weight_cap: float = setting("dirichlet-weight-cap", 5.0)
+    batch_size: int = setting("batch-size", 8)
+    local_epochs: float = setting("local-epochs", 3.0)
+    local_steps: int = setting("local-steps", 0)
+    device: str = setting("device", "auto")
+    results_dir: str = setting("results-dir", "results")
+    run_name: str = setting("run-name", "")
+    audit: bool = setting("audit", False)
+    max_idle_rounds: int = setting("max-idle-rounds", 2)
+    resume_from: str = setting("resume-from", "")
+    keep_updates: bool = setting("keep-updates", False)
+    secure_noise: bool = setting("secure-noise", False)
+    secure_rng: bool = setting("secure-rng", False)
+    data: DataConfig = field(default_factory=DataConfig)
+    lr: LearningRateConfig = field(default_factory=LearningRateConfig)
+    secagg: SecAggConfig = field(default_factory=SecAggConfig)
+    client_level: ClientDpConfig = field(default_factory=ClientDpConfig)
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:
         """Build from Flower's context.run_config (kebab-case keys); unknown keys are an error."""
-        known = {f.name.replace("_", "-"): f for f in fields(cls)}
+        known = dict(_settings())
         unknown = sorted(set(run_config) - set(known))
         if unknown:
             raise ValueError(f"unknown run-config keys {unknown}; valid keys: {sorted(known)}")
-        values = {known[key].name: _coerce(key, value, str(known[key].type)) for key, value in run_config.items()}
-        config = cls(**values)
+        top: dict[str, Any] = {}
+        groups: dict[str, dict[str, Any]] = {}
+        for key, value in run_config.items():
+            group, spec = known[key]
+            (top if group is None else groups.setdefault(group, {}))[spec.name] = _coerce(key, value, str(spec.type))
+        for group, values in groups.items():
+            top[group] = _group_types()[group](**values)
+        config = cls(**top)
         config.validate()
         return config
 
     def to_run_config(self) -> dict[str, Any]:
         """The kebab-case mapping (what results/config.json stores and --run-config accepts)."""
-        return {key.replace("_", "-"): value for key, value in asdict(self).items()}
+        return {key: getattr(self if group is None else getattr(self, group), spec.name)
+                for key, (group, spec) in _settings()}
 
     def validate(self) -> None:
         """Raise a ValueError naming the first invalid key, its value and the valid range."""
@@ -140,39 +252,65 @@ class RunConfig:
         check_integer("calibration-rounds", self.calibration_rounds, 0)
         check_in_interval("fraction-train", self.fraction_train, 0.0, 1.0, open_low=True)
         check_in_interval("fraction-evaluate", self.fraction_evaluate, 0.0, 1.0)
-        check_in_interval("validation-fraction", self.validation_fraction, 0.0, 0.5)
-        check_choice("partitioner", self.partitioner, PARTITIONERS)
-        check_positive("beta", self.beta)
-        check_integer("classes-per-client", self.classes_per_client, 1)
-        if self.partitioner == "natural" and not self.site_file:
-            raise ValueError("partitioner='natural' needs site-file: a CSV with columns index,site")
+        if isinstance(self.seed, bool) or not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed={self.seed!r} is out of range: it must be an integer in [0, 2**32) (the range "
+                             "numpy's and flwr-datasets' shuffling seeds accept)")
+        self.data.validate()
+        self._validate_model()
+        self._validate_privacy()
+        check_integer("batch-size", self.batch_size, 1)
+        check_positive("local-epochs", self.local_epochs)
+        check_integer("local-steps", self.local_steps, 0)
+        if self.local_steps > MAX_LOCAL_STEPS:
+            raise ValueError(f"local-steps={self.local_steps} is out of range: at most {MAX_LOCAL_STEPS:,} steps a "
+                             "round (0: local-epochs / q); lower it, or set local-epochs instead")
+        self.lr.validate()
+        self._validate_weighting()
+        self._validate_output()
+        self.secagg.validate()
+        if self.keep_updates and self.secagg.mode != "none":
+            raise ValueError(
+                f"keep-updates=true with secure-aggregation={self.secagg.mode!r} is contradictory: the server "
+                "never sees one client's update; turn one of them off"
+            )
+        self.client_level.validate()
+
+    def _validate_model(self) -> None:
+        check_choice("model", self.model, MODELS)
         check_choice("augment", self.augment, AUGMENT_CHOICES)
         if self.norm != "default":
             check_norm(self.norm)
             if self.norm == "batch":
                 raise ValueError("norm='batch' is refused: BatchNorm mixes the examples of a batch; set "
                                  "allow-batch-norm=true instead, which marks the run as outside the accountant")
+        if self.allow_batch_norm and self.mechanism == "dpsgd":
+            raise ValueError(
+                "allow-batch-norm=true is invalid with mechanism='dpsgd': Opacus needs per-example gradients, "
+                "which BatchNorm does not have, so no client could train; set allow-batch-norm=false"
+            )
+
+    def _validate_privacy(self) -> None:
         check_choice("mechanism", self.mechanism, MECHANISMS)
         check_positive("target-epsilon", self.target_epsilon)
         self.client_epsilon_list()
-        check_in_open_interval("delta", self.delta, 0.0, 1.0)
+        if not 0 < self.delta < MAX_DELTA:
+            raise ValueError(f"delta={self.delta!r} is out of range: it must lie in (0, {MAX_DELTA:g}); a meaningful "
+                             "delta lies far below 1/n for a client of n examples (the paper uses 1e-5)")
         check_positive("alpha", self.alpha)
         check_positive("max-grad-norm", self.max_grad_norm)
-        check_integer("batch-size", self.batch_size, 1)
-        check_positive("local-epochs", self.local_epochs)
-        check_integer("local-steps", self.local_steps, 0)
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        check_positive("learning-rate", self.learning_rate)
-        check_choice("learning-rate-mode", self.learning_rate_mode, LEARNING_RATE_MODES)
-        check_in_interval("reference-confidence", self.reference_confidence, 0.0, 1.0, open_low=True)
+
+    def _validate_weighting(self) -> None:
+        """The Dirichlet loss's per-example weighting (privacy/dirichlet.py) and its tie to the rate's mode."""
         check_choice("dirichlet-weighting", self.dirichlet_weighting, DIRICHLET_WEIGHTINGS)
         check_in_interval("dirichlet-weight-cap", self.dirichlet_weight_cap, 1.0, 1e6)
-        if self.learning_rate_mode == "adaptive" and self.dirichlet_weighting == "normalized":
+        if self.lr.mode == "adaptive" and self.dirichlet_weighting == "normalized":
             raise ValueError(
                 "learning-rate-mode='adaptive' with dirichlet-weighting='normalized' is contradictory: the "
                 "normalisation already undoes kappa(s_y) per example; use learning-rate-mode='effective', or "
                 "dirichlet-weighting='paper' to adapt the rate to the measured s_y"
             )
+
+    def _validate_output(self) -> None:
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device={self.device!r} is invalid: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
         if self.run_name in (".", "..") or any(mark in self.run_name for mark in ("/", "\\", "\0")):
@@ -181,59 +319,6 @@ class RunConfig:
                 "the run's folder is always created inside results-dir"
             )
         check_integer("max-idle-rounds", self.max_idle_rounds, 1)
-        self._validate_aggregation()
-
-    def _validate_aggregation(self) -> None:
-        """The secure-aggregation and client-dp keys (README.md, "Secure aggregation and client-level DP")."""
-        check_choice("secure-aggregation", self.secure_aggregation, SECURE_AGGREGATION)
-        if self.keep_updates and self.secure_aggregation != "none":
-            raise ValueError(
-                f"keep-updates=true with secure-aggregation={self.secure_aggregation!r} is contradictory: the server "
-                "never sees one client's update; turn one of them off"
-            )
-        for key, value in (("secagg-num-shares", self.secagg_num_shares),
-                           ("secagg-reconstruction-threshold", self.secagg_reconstruction_threshold)):
-            check_positive(key, value)
-            if value > 1 and (value != int(value) or value < 2):
-                raise ValueError(f"{key}={value!r} is invalid: give a fraction in (0, 1] or a whole count >= 2")
-        if self.secagg_num_shares > 1 and self.secagg_num_shares <= 2:
-            raise ValueError(f"secagg-num-shares={self.secagg_num_shares!r} is invalid: a count must be > 2")
-        if 1 < self.secagg_num_shares <= self.secagg_reconstruction_threshold:
-            raise ValueError(
-                f"secagg-reconstruction-threshold={self.secagg_reconstruction_threshold!r} must be below "
-                f"secagg-num-shares={self.secagg_num_shares!r}"
-            )
-        check_positive("secagg-clipping-range", self.secagg_clipping_range)
-        check_integer("secagg-quantization-range", self.secagg_quantization_range, 2)
-        if self.secagg_quantization_range >= 2**32:
-            raise ValueError(
-                f"secagg-quantization-range={self.secagg_quantization_range} is out of range: it must be below 2**32 "
-                "(the masks' modulus)"
-            )
-        check_positive("secagg-max-weight", self.secagg_max_weight)
-        check_choice("client-dp", self.client_dp, CLIENT_DP)
-        check_positive("client-clipping-norm", self.client_clipping_norm)
-        if not self.client_noise_multiplier >= 0:
-            raise ValueError(f"client-noise-multiplier={self.client_noise_multiplier!r} is out of range: it must be >= 0")
-        check_in_open_interval("client-clip-target-quantile", self.client_clip_target_quantile, 0.0, 1.0)
-        check_positive("client-clip-learning-rate", self.client_clip_learning_rate)
-        if not self.client_clipped_count_stddev >= 0:
-            raise ValueError(f"client-clipped-count-stddev={self.client_clipped_count_stddev!r} is out of range: it "
-                             "must be >= 0 (0: the first round's number of sampled clients / 20)")
-        if self.client_dp == "adaptive" and self.client_clipped_count_stddev > 0:
-            update_noise_multiplier(self.client_noise_multiplier, self.client_clipped_count_stddev)
-
-    def clipped_count_stddev(self, sample_size: int) -> float:
-        """sigma_b of client-dp = "adaptive": client-clipped-count-stddev, or (0) the number of clients
-        sampled in the first round / 20, Andrew et al.'s suggestion; fixed for the run."""
-        return self.client_clipped_count_stddev or sample_size / COUNT_STDDEV_DIVISOR
-
-    def adaptive_clipping(self, count_stddev: float) -> AdaptiveClipping:
-        """client-dp = "adaptive"'s clipping with count noise sigma_b = `count_stddev` (see
-        clipped_count_stddev), after checking that it leaves room for z (update_noise_multiplier refuses)."""
-        update_noise_multiplier(self.client_noise_multiplier, count_stddev)
-        return AdaptiveClipping(self.client_clipping_norm, self.client_clip_target_quantile,
-                                self.client_clip_learning_rate, count_stddev)
 
     @property
     def budget_rounds(self) -> int:
@@ -272,21 +357,36 @@ class RunConfig:
     def split_spec(self, num_clients: int) -> SplitSpec:
         """The part of the config that fixes the data split among `num_clients` clients."""
         return SplitSpec(
-            dataset=self.dataset,
-            data_root=self.data_root,
-            download=self.data_download,
-            partitioner=self.partitioner,
-            beta=self.beta,
-            classes_per_client=self.classes_per_client,
-            site_file=self.site_file,
+            dataset=self.data.dataset,
+            data_root=self.data.root,
+            download=self.data.download,
+            partitioner=self.data.partitioner,
+            beta=self.data.beta,
+            classes_per_client=self.data.classes_per_client,
+            site_file=self.data.site_file,
             seed=self.seed,
             num_clients=num_clients,
-            validation_fraction=self.validation_fraction,
+            validation_fraction=self.data.validation_fraction,
         )
 
     def local_steps_per_round(self, sample_rate: float) -> int:
         """local-steps if set, else local-epochs / q (an epoch of Poisson sampling is 1/q steps)."""
         return self.local_steps if self.local_steps > 0 else max(1, round(self.local_epochs / sample_rate))
+
+
+def _settings() -> Iterator[tuple[str, tuple[str | None, Field[Any]]]]:
+    """Every run-config key with where it lives: (key, (sub-config attribute or None, its field))."""
+    for spec in fields(RunConfig):
+        if "key" in spec.metadata:
+            yield spec.metadata["key"], (None, spec)
+        else:
+            yield from ((inner.metadata["key"], (spec.name, inner)) for inner in fields(_group_types()[spec.name]))
+
+
+@functools.cache
+def _group_types() -> dict[str, type]:
+    """RunConfig's sub-config attributes and their dataclasses."""
+    return {spec.name: cast(type, spec.default_factory) for spec in fields(RunConfig) if "key" not in spec.metadata}
 
 
 def _coerce(key: str, value: Any, annotation: str) -> Any:
@@ -304,7 +404,7 @@ def _coerce(key: str, value: Any, annotation: str) -> Any:
         raise ValueError(f"{key}={value!r} is invalid: expected a number")
     try:
         converted = kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{key}={value!r} is invalid: expected {annotation}") from None
     if kind is int and converted != float(value):
         raise ValueError(f"{key}={value!r} is invalid: expected an integer")

@@ -3,12 +3,14 @@
 `scripts/run.sh` runs it (as `dirichlet-fl check`) before `flwr run`, so that a bad value stops the
 run within seconds, as one line naming the key, with no folder written and no process left behind.
 It reads --run-config exactly as `flwr run` does (flwr.common.config, pyproject defaults fused with
-the overrides), but names what flwr would drop or reject silently: a key with an empty value, text
-that is no KEY=VALUE pair, an unquoted string, an unknown key. Then it validates the typed RunConfig
-and checks what a client would only find out later: the device, the results folder, the data files,
-every client's shard against batch-size, client-epsilons against the number of clients, and whether
-every client's target eps lies above the floor of Theorem 10 (privacy.analysis.epsilon_floor) for its
-sampling rate and planned steps; and for resume-from, a checkpoint and an unchanged accounting.
+the overrides), but names what flwr would drop, override or reject silently: a key with an empty value,
+a key given twice, text that is no KEY=VALUE pair, an unquoted string, an unknown key. Then it validates
+the typed RunConfig and checks what a client would only find out later: the device, the results folder,
+the data and site files, every client's shard against batch-size (a shard too small sits out, as the
+server lets it; no client able to train is an error), client-epsilons against the number of clients,
+delta below 1/n and the steps a round for each client, and whether every client's target eps lies above
+the floor of Theorem 10 (privacy.analysis.epsilon_floor) for its sampling rate and planned steps; and
+for resume-from, a checkpoint, a readable config.json and an unchanged accounting.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import click
 import tomli
 from flwr.common.config import flatten_dict, get_fused_config_from_dir, get_project_config, parse_config_args
 
-from dirichlet_fl.config import RunConfig, clients_per_round
+from dirichlet_fl.config import MAX_LOCAL_STEPS, RunConfig, clients_per_round
 from dirichlet_fl.runs import check_resumable, read_checkpoint, read_json
-from dirichlet_fl.task import federated_split, mechanism_spec, resolve_device
+from dirichlet_fl.task import FederatedSplit, federated_split, mechanism_spec, resolve_device, too_small_to_train
 from privacy.analysis import UnreachableEpsilonError, epsilon_floor
 
 PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
@@ -33,23 +36,12 @@ PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
 
 def parse_overrides(lines: list[str], app_dir: Path) -> dict[str, Any]:
     """--run-config arguments as `flwr run` reads them; ValueError naming what it would drop or reject."""
-    if len(lines) == 1 and lines[0].endswith(".toml"):
+    if not (len(lines) == 1 and lines[0].endswith(".toml")):
+        _check_pairs(lines)
+    try:
         overrides = parse_config_args(lines)
-    else:
-        for line in lines:
-            for token in PAIR.sub(" ", line).split():
-                if token.endswith("="):
-                    key = token.rstrip("=")
-                    raise ValueError(f"{key}= has no value (flwr would drop it silently): give one, e.g. {key}=1.0")
-                raise ValueError(f"--run-config: cannot read {token!r}: write KEY=VALUE pairs separated by spaces")
-            for key, value in PAIR.findall(line):
-                try:
-                    tomli.loads(f"{key} = {value}")
-                except tomli.TOMLDecodeError:
-                    raise ValueError(
-                        f"{key}={value} is invalid: a value is a number, true/false or a quoted string, e.g. {key}='{value}'"
-                    ) from None
-        overrides = parse_config_args(lines)
+    except click.ClickException as error:
+        raise ValueError(f"--run-config: {' '.join(error.message.split())}") from None
     known = set(flatten_dict(get_project_config(app_dir)["tool"]["flwr"]["app"]["config"]))
     for key in overrides:
         if key not in known:
@@ -59,6 +51,28 @@ def parse_overrides(lines: list[str], app_dir: Path) -> dict[str, Any]:
     return overrides
 
 
+def _check_pairs(lines: list[str]) -> None:
+    """Each KEY=VALUE pair readable as flwr reads it, and each key given once over all the lines."""
+    seen: dict[str, str] = {}
+    for line in lines:
+        for token in PAIR.sub(" ", line).split():
+            if token.endswith("="):
+                key = token.rstrip("=")
+                raise ValueError(f"{key}= has no value (flwr would drop it silently): give one, e.g. {key}=1.0")
+            raise ValueError(f"--run-config: cannot read {token!r}: write KEY=VALUE pairs separated by spaces")
+        for key, value in PAIR.findall(line):
+            try:
+                tomli.loads(f"{key} = {value}")
+            except tomli.TOMLDecodeError:
+                raise ValueError(
+                    f"{key}={value} is invalid: a value is a number, true/false or a quoted string, e.g. {key}='{value}'"
+                ) from None
+            if key in seen:
+                raise ValueError(f"{key} is given twice in --run-config ({key}={seen[key]} and {key}={value}; flwr "
+                                 "would keep one silently): give each key once")
+            seen[key] = value
+
+
 def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
     """Check a run before it starts (see the module docstring); raises ValueError, FileNotFoundError or
     OSError with one line naming the key. Returns what was checked, one line each."""
@@ -66,32 +80,29 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
     if num_clients < 1:
         raise ValueError(f"num-supernodes={num_clients} (NUM_CLIENTS) is out of range: a federation needs at least 1 client")
     config.target_epsilon_for(0, num_clients)  # client-epsilons: one entry per client
-    if config.client_dp == "adaptive":  # sigma_b from the first round's sample, as the strategy will
+    client_level = config.client_level
+    if client_level.mode == "adaptive":  # sigma_b from the first round's sample, as the strategy will
         first_sample = clients_per_round(num_clients, config.fraction_train, num_clients)
-        config.adaptive_clipping(config.clipped_count_stddev(first_sample))
+        client_level.adaptive_clipping(client_level.count_stddev(first_sample))
     device = resolve_device(config.device)
     _check_writable(Path(config.results_dir))
     if config.resume_from:
-        directory = Path(config.resume_from)
-        read_checkpoint(directory)
-        stored = read_json(directory / "config.json")
-        check_resumable(RunConfig.from_run_config(stored["run_config"]), config)
-        if int(stored["num_clients"]) != num_clients:
-            raise ValueError(f"resume-from={config.resume_from!r}: the run had {stored['num_clients']} clients, not {num_clients}")
-    try:
-        split = federated_split(config.split_spec(num_clients))
-    except FileNotFoundError as error:
-        raise FileNotFoundError(f"data-root={config.data_root!r}: {error}") from None
+        _check_resume(config, num_clients)
+    split = _split(config, num_clients)
     sizes = [len(part) for part in split.train_parts]
-    floors = [_check_budget(config, client, size, num_clients) for client, size in enumerate(sizes)]
+    trainers = _trainers(config, split)
+    floors = {client: _check_budget(config, client, sizes[client], num_clients) for client in trainers}
+    out = num_clients - len(trainers)
+    sitting_out = f"; {out} hold <= batch-size examples and sit out" if out else ""
     lines_out = [
-        f"run config: {config.mechanism}, {config.dataset}, {config.num_server_rounds} rounds, device {device}",
-        f"data: {num_clients} shards of {min(sizes)}..{max(sizes)} training examples (batch-size {config.batch_size})",
+        f"run config: {config.mechanism}, {config.data.dataset}, {config.num_server_rounds} rounds, device {device}",
+        f"data: {num_clients} shards of {min(sizes)}..{max(sizes)} training examples (batch-size {config.batch_size})"
+        + sitting_out,
         f"results: {Path(config.results_dir).resolve()} is writable"
         + (f"; resuming {config.resume_from}" if config.resume_from else ""),
     ]
     if config.mechanism == "dirichlet":
-        worst = max(range(num_clients), key=lambda c: floors[c] / config.target_epsilon_for(c, num_clients))
+        worst = max(trainers, key=lambda c: floors[c] / config.target_epsilon_for(c, num_clients))
         lines_out.append(
             f"budgets: every client's eps is reachable (closest: client {worst}, floor {floors[worst]:.4g} "
             f"below its target {config.target_epsilon_for(worst, num_clients):g})"
@@ -99,10 +110,58 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
     return lines_out
 
 
+def _check_resume(config: RunConfig, num_clients: int) -> None:
+    """resume-from holds a checkpoint and a readable config.json of the same accounting and federation."""
+    directory = Path(config.resume_from)
+    read_checkpoint(directory)
+    stored = read_json(directory / "config.json")
+    try:
+        original, stored_clients = RunConfig.from_run_config(stored["run_config"]), int(stored["num_clients"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{directory / 'config.json'} is not a dirichlet-fl run config ({' '.join(str(error).split())}); "
+                         "resume-from needs the folder of a run this app wrote") from None
+    check_resumable(original, config)
+    if stored_clients != num_clients:
+        raise ValueError(f"resume-from={config.resume_from!r}: the run had {stored_clients} clients, not {num_clients}")
+
+
+def _split(config: RunConfig, num_clients: int) -> FederatedSplit:
+    """The run's split; a missing file is blamed on the key that names it (site-file or data-root)."""
+    data = config.data
+    if data.partitioner == "natural" and not Path(data.site_file).is_file():
+        raise FileNotFoundError(f"site-file={data.site_file!r} does not exist: give the CSV (columns index,site) "
+                                "that assigns each training example to its site")
+    try:
+        return federated_split(config.split_spec(num_clients))
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"data-root={data.root!r}: {error}") from None
+
+
+def _trainers(config: RunConfig, split: FederatedSplit) -> list[int]:
+    """The clients that can train (shard > batch-size); the others sit out, as the server lets them.
+    Raises naming batch-size when none can."""
+    skipped = too_small_to_train(config, split)
+    trainers = [client for client in range(len(split.train_parts)) if client not in skipped]
+    if not trainers:
+        largest = max(len(part) for part in split.train_parts)
+        raise ValueError(f"batch-size={config.batch_size} is at least every client's number of training examples "
+                         f"(the largest shard has {largest}), so no client could train: lower batch-size below {largest}")
+    return trainers
+
+
 def _check_budget(config: RunConfig, client: int, size: int, num_clients: int) -> float:
-    """The client's floor eps; raises naming the key when its shard or its target cannot work."""
+    """The client's floor eps; raises naming the key when its steps, delta or target cannot work."""
     target = config.target_epsilon_for(client, num_clients)
     spec = mechanism_spec(config, client, size, target)
+    steps = spec.planned_steps // config.budget_rounds
+    if steps > MAX_LOCAL_STEPS:
+        raise ValueError(f"local-epochs={config.local_epochs:g} gives client {client} {steps:,} steps a round "
+                         f"(local-epochs / q), above {MAX_LOCAL_STEPS:,}: lower local-epochs or set local-steps")
+    if config.mechanism == "none":
+        return 0.0
+    if config.delta >= 1 / size:
+        raise ValueError(f"delta={config.delta:g} is too large for client {client} ({size} examples): it must lie "
+                         f"below 1/n = {1 / size:.3g}, since a delta of 1/n lets one example in n leak outright")
     if config.mechanism != "dirichlet":
         return 0.0
     floor = epsilon_floor(spec.sample_rate, spec.planned_steps, config.delta)

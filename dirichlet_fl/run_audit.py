@@ -340,8 +340,9 @@ def control_accuracy(control_dir: str | Path, run: FinishedRun) -> float:
     if control.config.mechanism != "none":
         raise ValueError(f"--control {control_dir}: its mechanism is {control.config.mechanism!r}; the control "
                          "must be the same job with mechanism none")
+    mine, theirs = run.config.to_run_config(), control.config.to_run_config()
     for key in ("dataset", "model", "partitioner", "seed"):
-        if getattr(control.config, key) != getattr(run.config, key) or control.num_clients != run.num_clients:
+        if theirs[key] != mine[key] or control.num_clients != run.num_clients:
             raise ValueError(f"--control {control_dir}: its {key} or client count differs from the audited run's; "
                              "the control must be the same job with mechanism none")
     if not isinstance(control.summary.get("final_accuracy"), (int, float)):

@@ -185,7 +185,7 @@ class RunWriter:
     def create(cls, config: RunConfig, num_clients: int, covers: str) -> RunWriter:
         """A new folder under results-dir named by run-name, or by time, data set, mechanism and eps."""
         name = config.run_name or (
-            f"{time.strftime('%Y%m%d-%H%M%S')}-{config.dataset}-{config.mechanism}-eps{config.target_epsilon:g}"
+            f"{time.strftime('%Y%m%d-%H%M%S')}-{config.data.dataset}-{config.mechanism}-eps{config.target_epsilon:g}"
         )
         directory = Path(config.results_dir) / name
         suffix = 1
@@ -313,13 +313,13 @@ class RunWriter:
 
     def _client_level_summary(self) -> dict[str, Any] | None:
         """What the client-level eps covers and its parameters; None without client-dp."""
-        if self.config.client_dp == "none":
+        if self.config.client_level.mode == "none":
             return None
         return {
             **{key: _json_number(self.client_level.get(key, math.nan)) for key in CLIENT_LEVEL_KEYS},
-            "noise_multiplier": self.config.client_noise_multiplier,
-            "clipping": "adaptive" if self.config.client_dp == "adaptive" else "fixed",
-            "initial_clipping_norm": self.config.client_clipping_norm,
+            "noise_multiplier": self.config.client_level.noise_multiplier,
+            "clipping": "adaptive" if self.config.client_level.mode == "adaptive" else "fixed",
+            "initial_clipping_norm": self.config.client_level.clipping_norm,
             "covers": CLIENT_LEVEL_COVERS,
         }
 
@@ -347,8 +347,8 @@ class RunWriter:
             "noise": " and ".join(sorted(self.noise)) or "no client trained",
             "accountant_assumptions_hold": assumptions_hold,
             "max_epsilon": _json_number(max((c.epsilon for c in self.clients.values()), default=0.0)),
-            "secure_aggregation": self.config.secure_aggregation,
-            "client_dp": self.config.client_dp,
+            "secure_aggregation": self.config.secagg.mode,
+            "client_dp": self.config.client_level.mode,
             "client_level": self._client_level_summary(),
             "seconds": round(time.monotonic() - self.started, 3),
             "clients": [

@@ -180,7 +180,7 @@ def initial_model(config: RunConfig, data: ImageData) -> nn.Module:
 
 def augmentation(config: RunConfig) -> Callable[[Tensor, torch.Generator], Tensor] | None:
     """The on-device augmentation for this run, or None (auto: on for CIFAR10 and SVHN, as in the paper)."""
-    enabled = config.augment == "on" or (config.augment == "auto" and config.dataset in AUGMENTED_BY_DEFAULT)
+    enabled = config.augment == "on" or (config.augment == "auto" and config.data.dataset in AUGMENTED_BY_DEFAULT)
     return random_crop_flip if enabled else None
 
 
@@ -240,7 +240,7 @@ def loss_weighting(config: RunConfig) -> LossWeighting | None:
     """The Dirichlet NLL's confidence normalisation of this run (dirichlet-weighting), None for the paper's."""
     if config.dirichlet_weighting == "paper":
         return None
-    return LossWeighting(config.reference_confidence, config.dirichlet_weight_cap)
+    return LossWeighting(config.lr.reference_confidence, config.dirichlet_weight_cap)
 
 
 def client_learning_rate(config: RunConfig, mechanism: Mechanism, model: nn.Module, shard: ClientShard) -> float:
@@ -255,13 +255,13 @@ def client_learning_rate(config: RunConfig, mechanism: Mechanism, model: nn.Modu
     DP-SGD and none take learning-rate as given in every mode, and so does Adam: it divides each step
     by a running root-mean-square of the gradients, so a constant factor kappa on the gradient cancels
     and dividing the rate by kappa would multiply Adam's step by 1/kappa."""
-    if config.learning_rate_mode == "raw" or config.optimizer == "adam":
-        return config.learning_rate
-    s_y = config.reference_confidence
-    measured = true_class_confidence(model, shard.test_x, shard.test_y) if config.learning_rate_mode == "adaptive" else math.nan
+    if config.lr.mode == "raw" or config.lr.optimizer == "adam":
+        return config.lr.rate
+    s_y = config.lr.reference_confidence
+    measured = true_class_confidence(model, shard.test_x, shard.test_y) if config.lr.mode == "adaptive" else math.nan
     if math.isfinite(measured):  # a client without local test examples keeps the reference s_y
         s_y = max(measured, MIN_CONFIDENCE)
-    return mechanism.step_rate(config.learning_rate, s_y)
+    return mechanism.step_rate(config.lr.rate, s_y)
 
 
 MIN_CONFIDENCE = 1e-3

@@ -67,9 +67,9 @@ def _round_line(config: RunConfig, row: dict[str, Any]) -> str:
 
 def _client_level_part(config: RunConfig, row: dict[str, Any]) -> str:
     """The client-level eps of the aggregate (client-dp), labelled: it covers a whole client's data."""
-    if config.client_dp == "none":
+    if config.client_level.mode == "none":
         return ""
-    clipping = f", C={row['client_level_clipping_norm']:.4g}" if config.client_dp == "adaptive" else ""
+    clipping = f", C={row['client_level_clipping_norm']:.4g}" if config.client_level.mode == "adaptive" else ""
     return (
         f"  client-level eps {row['client_level_epsilon']:.4f} (delta={row['client_level_delta']:g}, "
         f"q<={row['client_level_sample_rate']:.4g}, {row['client_level_rounds']:g} rounds, per client{clipping})"
@@ -79,8 +79,12 @@ def _client_level_part(config: RunConfig, row: dict[str, Any]) -> str:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the federation and write results-dir/<run>/ (or continue the run in resume-from)."""
-    config = RunConfig.from_run_config(context.run_config)
-    resolve_device(config.device)  # before any folder exists: a missing GPU leaves nothing behind
+    try:  # before any folder exists: a bad key or a missing GPU leaves nothing behind, and one line
+        config = RunConfig.from_run_config(context.run_config)
+        resolve_device(config.device)
+    except ValueError as error:
+        log(ERROR, "%s %s (%s)", STATUS_LINE, BAD_INPUT, " ".join(str(error).split()))
+        return
     strategy = build_strategy(config)
     num_clients = strategy.discover(grid, code_fingerprint(APP_DIR))
     evaluate_fn = _central_evaluator(config, num_clients)
@@ -104,23 +108,24 @@ def main(grid: Grid, context: Context) -> None:
         log(INFO, "resuming after round %d of %d", first_round - 1, config.num_server_rounds)
 
     def on_round(record: RoundRecord, arrays: ArrayRecord) -> None:
+        record.central = evaluate_fn(record.server_round, arrays)
         log(INFO, "%s", _round_line(config, writer.record_round(record, arrays, strategy.state_dict())))
 
     train_config = ConfigRecord({RUN_DIR_KEY: str(writer.directory.resolve())})
     rounds = range(first_round, config.num_server_rounds + 1)
     try:
-        final_arrays, (status, reason) = strategy.run(
-            grid, arrays, rounds, train_config, evaluate_fn, on_round, config.max_idle_rounds
-        )
-        final = evaluate_fn(config.num_server_rounds, final_arrays)
+        outcome = strategy.run(grid=grid, arrays=arrays, rounds=rounds, train_config=train_config, on_round=on_round)
+        final = evaluate_fn(config.num_server_rounds, outcome.arrays)
     except OSError as error:  # a full disk, a folder made read-only: one line, no traceback
         _finish_failed(writer, config, one_line(error))
         return
     except Exception as error:  # record the failure (every completed round stays on disk), then stop
         _finish_failed(writer, config, one_line(error))
         raise
+    status = outcome.status
     summary = writer.finish(
-        final["accuracy"], final["loss"], assumptions_hold=not config.allow_batch_norm, status=status, reason=reason
+        final["accuracy"], final["loss"], assumptions_hold=not config.allow_batch_norm, status=status,
+        reason=outcome.reason,
     )
     for line in _summary_lines(config, summary, writer.directory):
         log(INFO, "%s", line)
@@ -132,11 +137,14 @@ def main(grid: Grid, context: Context) -> None:
         log(INFO, "audit: strongest attack %s (%s): AUC %.3f, empirical eps >= %.3f vs claimed %.4f (delta=%g); %s; "
             "see %s/audit.json", strongest.name, strongest.view, strongest.report.auc, strongest.eps_lower_bound,
             strongest.report.claimed_eps, config.delta, result.verdict().reason, writer.directory)
-    log(INFO if status == COMPLETED else ERROR, "%s %s (%s); results in %s", STATUS_LINE, status, reason, writer.directory)
+    log(INFO if status == COMPLETED else ERROR, "%s %s (%s); results in %s", STATUS_LINE, status, outcome.reason,
+        writer.directory)
 
 
 STATUS_LINE = "dirichlet-fl run status:"
 """The server's last line starts with this; scripts/run.sh reads the status from it (flwr run exits 0 anyway)."""
+BAD_INPUT = "bad-input"
+"""The status of a run refused before it started: an invalid run-config key (the line names it and the fix)."""
 
 
 def _start(config: RunConfig, num_clients: int, strategy: PrivateFedAvg) -> tuple[RunWriter, ArrayRecord, int]:
@@ -196,6 +204,6 @@ def _aggregation_lines(config: RunConfig, summary: dict[str, Any]) -> list[str]:
         eps = "inf (a round without noise)" if level["epsilon"] is None else f"{level['epsilon']:.4f}"
         lines.append(f"client-level eps {eps} (delta={level['delta']:g}, q<={level['sample_rate']:.4g}, "
                      f"{level['rounds']:g} rounds) covers {level['covers']}")
-    if config.secure_aggregation != "none":
-        lines.append(f"secure aggregation {config.secure_aggregation}: the server saw sums of updates, not one")
+    if config.secagg.mode != "none":
+        lines.append(f"secure aggregation {config.secagg.mode}: the server saw sums of updates, not one")
     return lines

@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, astuple, dataclass, replace
 from pathlib import Path
 
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
 from dirichlet_fl.task import federated_split, mechanism_spec
 from privacy.analysis import PAPER_DELTA, attenuation, epsilon_floor
 from sims.fedavg_loop import LoopResult, run_fedavg
@@ -103,14 +103,15 @@ def clients_of(sweep: Sweep, split: str) -> int:
 def run_config(sweep: Sweep, cell: Cell, learning_rate: float) -> RunConfig:
     """The app's run config for a cell (client evaluation off: the sweep reports central accuracy)."""
     config = RunConfig(
-        num_server_rounds=sweep.rounds, seed=cell.seed, dataset=sweep.dataset, data_root=sweep.data_root,
-        partitioner="dirichlet" if cell.split == "noniid" else "iid", beta=sweep.beta, model=sweep.model,
+        num_server_rounds=sweep.rounds, seed=cell.seed, model=sweep.model,
         mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
         delta=PAPER_DELTA, alpha=sweep.alpha, max_grad_norm=sweep.max_grad_norm, batch_size=sweep.batch_size,
-        local_epochs=sweep.local_epochs, optimizer="sgd", learning_rate=learning_rate, device="cpu",
-        fraction_evaluate=0.0, results_dir="", learning_rate_mode=sweep.learning_rate_mode,
-        validation_fraction=VALIDATION_FRACTION if sweep.validation else 0.0, norm=sweep.norm,
+        local_epochs=sweep.local_epochs, device="cpu", fraction_evaluate=0.0, results_dir="", norm=sweep.norm,
         dirichlet_weighting=sweep.dirichlet_weighting, dirichlet_weight_cap=sweep.dirichlet_weight_cap,
+        data=DataConfig(dataset=sweep.dataset, root=sweep.data_root, beta=sweep.beta,
+                        partitioner="dirichlet" if cell.split == "noniid" else "iid",
+                        validation_fraction=VALIDATION_FRACTION if sweep.validation else 0.0),
+        lr=LearningRateConfig(optimizer="sgd", rate=learning_rate, mode=sweep.learning_rate_mode),
     )
     config.validate()
     return config
@@ -173,7 +174,7 @@ def step_ratio(config: RunConfig, result: LoopResult, confidence: float) -> floa
     if not rs:
         return ""
     r = statistics.median(rs)
-    return attenuation(confidence, r, config.alpha) / attenuation(config.reference_confidence, r, config.alpha)
+    return attenuation(confidence, r, config.alpha) / attenuation(config.lr.reference_confidence, r, config.alpha)
 
 
 CURVE = "curve"
@@ -392,10 +393,10 @@ def quick(sweep: Sweep) -> Sweep:
     """The app's default digits job (its rounds, local epochs, batch size and Dirichlet rate) at eps 1
     and 4, one seed: every split and mechanism in a few minutes, to check the pipeline."""
     app = RunConfig()
-    return replace(sweep, dataset=app.dataset, data_root="", model=app.model, rounds=app.num_server_rounds,
+    return replace(sweep, dataset=app.data.dataset, data_root="", model=app.model, rounds=app.num_server_rounds,
                    dpsgd_learning_rate=QUICK_DPSGD_LEARNING_RATE,
-                   local_epochs=app.local_epochs, batch_size=app.batch_size, learning_rate=app.learning_rate,
-                   dirichlet_learning_rate=app.learning_rate, seeds=(0,), epsilons=(1.0, 4.0))
+                   local_epochs=app.local_epochs, batch_size=app.batch_size, learning_rate=app.lr.rate,
+                   dirichlet_learning_rate=app.lr.rate, seeds=(0,), epsilons=(1.0, 4.0))
 
 
 GRID_AXES = ("seeds", "epsilons", "splits", "mechanisms")

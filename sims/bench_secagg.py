@@ -22,6 +22,7 @@ import copy
 import statistics
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,10 +126,10 @@ def fixed_update_app(update: dict[str, np.ndarray], num_examples: int) -> Client
 
 def secure_round(config: RunConfig, grid: InProcessGrid, arrays: ArrayRecord) -> tuple[SecureFedAvg, ArrayRecord | None]:
     """One training round of SecureFedAvg over `grid`'s nodes, every node sampled."""
-    strategy = SecureFedAvg(config, seed=config.seed, fraction_train=1.0, fraction_evaluate=0.0)
+    strategy = SecureFedAvg(replace(config, fraction_train=1.0, fraction_evaluate=0.0))
     strategy.partition_of = {node: node - FIRST_NODE_ID for node in grid.contexts}
     messages = list(strategy.configure_train(1, arrays, ConfigRecord(), grid))
-    return strategy, strategy.train_and_aggregate(grid, 1, arrays, messages, timeout=600.0)
+    return strategy, strategy.train_and_aggregate(grid, 1, arrays, messages)
 
 
 def protocol_seconds(config: RunConfig, clients: int, model: torch.nn.Module) -> dict[str, float]:

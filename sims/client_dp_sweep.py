@@ -52,11 +52,12 @@ class ClientDPLoop(FedAvgLoop):
         weights = [update.array_records["arrays"].to_numpy_ndarrays() for update in updates]
         norms = [get_norm([new - old for new, old in zip(w, current)]) for w in weights]
         self.update_norms += norms
-        z = self.config.client_noise_multiplier
+        z = self.config.client_level.noise_multiplier
         self.accountant.compose(ClientLevelRound(self.eligible, sampled, z))
-        if self.config.client_dp == "adaptive" and self.adaptive is None:
-            self.adaptive = self.config.adaptive_clipping(self.config.clipped_count_stddev(sampled))
-        clipping_norm = self.config.client_clipping_norm if self.adaptive is None else self.adaptive.clipping_norm
+        client_level = self.config.client_level
+        if client_level.mode == "adaptive" and self.adaptive is None:
+            self.adaptive = client_level.adaptive_clipping(client_level.count_stddev(sampled))
+        clipping_norm = client_level.clipping_norm if self.adaptive is None else self.adaptive.clipping_norm
         self.clipping_norms.append(clipping_norm)
         if self.adaptive is not None:
             z = update_noise_multiplier(z, self.adaptive.count_stddev)
@@ -74,11 +75,11 @@ class ClientDPLoop(FedAvgLoop):
 
 def run_cell(config: RunConfig, clients: int) -> dict[str, Any]:
     """One run; with client-noise-multiplier 0, the plain FedAvgLoop."""
-    loop: FedAvgLoop = ClientDPLoop(config, clients) if config.client_noise_multiplier > 0 else FedAvgLoop(config, clients)
+    loop: FedAvgLoop = ClientDPLoop(config, clients) if config.client_level.noise_multiplier > 0 else FedAvgLoop(config, clients)
     rounds = [r for r in (loop.run_round(i) for i in range(1, config.num_server_rounds + 1)) if r is not None]
     cell: dict[str, Any] = {
-        "noise_multiplier": config.client_noise_multiplier,
-        "clipping_norm": config.client_clipping_norm,
+        "noise_multiplier": config.client_level.noise_multiplier,
+        "clipping_norm": config.client_level.clipping_norm,
         "final_accuracy": rounds[-1].central_accuracy if rounds else float("nan"),
         "max_example_epsilon": loop.max_epsilon(),
         "rounds": len(rounds),

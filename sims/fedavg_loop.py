@@ -106,7 +106,7 @@ class FedAvgLoop:
         eligible = [c for c in range(self.num_clients) if c not in self.exhausted]
         if not eligible:
             return None
-        chosen = seeded_sample(self.config.seed, "train", server_round, eligible, self.num_clients,
+        chosen = seeded_sample((self.config.seed, "train", server_round), eligible, self.num_clients,
                                self.config.fraction_train)
         global_state = self.model.state_dict()
         updates, refused, failed = [], 0, 0
@@ -145,7 +145,7 @@ class FedAvgLoop:
         if updates:
             self.model.load_state_dict(self.aggregate(updates, sampled=len(updates) + refused + failed))
         evaluated = [] if not self.config.fraction_evaluate else seeded_sample(
-            self.config.seed, "evaluate", server_round, list(range(self.num_clients)), self.num_clients,
+            (self.config.seed, "evaluate", server_round), list(range(self.num_clients)), self.num_clients,
             self.config.fraction_evaluate)
         federated = _federated_accuracy(self.config, self.model, evaluated, self.num_clients)
         central = evaluate_model(self.model, self.test_x, self.test_y)

@@ -6,20 +6,24 @@ Differences from Flower's FedAvg, and why:
 - Each client's eps is recorded as reported; the round's privacy summary is the maximum over
   clients, never a weighted mean (a mean of eps guarantees nothing to anyone).
 - A client that reports it cannot afford another round, or refuses (BUDGET_EXHAUSTED, or
-  POLICY_REFUSED: the run asks more than its site allows), is not sampled again (its rows say `spent`); a client whose setup failed (SETUP_FAILED: e.g. an unreachable
-  eps, a too small shard, a corrupt ledger file; nothing a new round changes) is taken out of sampling
+  POLICY_REFUSED: the run asks more than its site allows), is not sampled again (its rows say `spent`);
+  a client whose setup failed (SETUP_FAILED: e.g. an unreachable eps, a too small shard, a corrupt
+  ledger file; nothing a new round changes) is taken out of sampling
   with its reason recorded once. Refusing and failing clients carry their ledger summary in the
   error's reason (dirichlet_fl.protocol.error_reason), which is recorded: eps is never under-stated.
 - Updates are averaged in partition-id order, not in arrival order, so that a seed fixes the global
   weights bit for bit (a resumed run continues exactly).
 - The run ends `completed` when every client that can train has spent its budget, and
-  `stopped-no-client-can-train` when no client is left or none trained for max-idle-rounds rounds.
+  `stopped-no-client-can-train` when no client is left, none trained for max-idle-rounds rounds, or
+  none trained in any round of the run.
 - The strategy's state (spent and excluded clients, idle rounds) is keyed by partition id, so that a
   checkpoint restores it in a new federation whose node ids differ.
 - Clients the server knows cannot train (skip(): too few examples for the batch size) are never
   sampled for training; they are re-derived from the split, so they are not part of the state.
 - Only the sampled clients are contacted in a round, so a round's cost grows with the sample, not
   with the population; discover() contacts every node once, at start-up.
+- A site that drops out (its SuperNode dead, gone or silent: strategies/replies.py) is recorded as failed
+  for the round and the run goes on; a node unavailable at start-up is left out after JOIN_PATIENCE_S.
 - With keep_updates, each round's record keeps the weights sent and every trainer's returned weights
   (what the coordinator sees), for the run folder's updates/ and the update-view audit.
 """
@@ -29,39 +33,64 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from logging import WARNING
 from typing import Any, cast
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from dirichlet_fl.config import clients_per_round
+from dirichlet_fl.config import RunConfig, clients_per_round
 from dirichlet_fl.protocol import REFUSALS, SETUP_FAILED, number, parse_error_reason
 from dirichlet_fl.runs import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
+from strategies.replies import NODE_UNAVAILABLE, attribute_replies, exchange
+
+JOIN_PATIENCE_S = 60.0
+"""discover() waits this long after the last node joined for the partitions still missing, then goes on
+without them: a site that has left does not hold up the next run (the simulation lists every node at once)."""
 
 
-def seeded_sample(seed: int, purpose: str, server_round: int, ordered: list[int], population: int, fraction: float) -> list[int]:
-    """max(1, int(population * fraction)) of `ordered` (at most all), fixed by (seed, purpose, round)."""
+def seeded_sample(key: tuple[int, str, int], ordered: list[int], population: int, fraction: float) -> list[int]:
+    """max(1, int(population * fraction)) of `ordered` (at most all), fixed by key = (seed, purpose, round)."""
+    seed, purpose, server_round = key
     size = clients_per_round(population, fraction, len(ordered))
     return random.Random(f"{seed}/{purpose}/{server_round}").sample(ordered, size)
 
 
-class PrivateFedAvg(FedAvg):
-    """FedAvg with seeded sampling by partition id and per-client budgets (see module docstring)."""
+@dataclass(frozen=True)
+class RunResult:
+    """How PrivateFedAvg.run ended: the final global weights, the run's status (runs.COMPLETED or
+    runs.STOPPED_NO_CLIENT) and why, in one line."""
 
-    def __init__(self, *, seed: int, fraction_train: float, fraction_evaluate: float, keep_updates: bool = False) -> None:
+    arrays: ArrayRecord
+    status: str
+    reason: str
+
+
+class PrivateFedAvg(FedAvg):
+    """FedAvg with seeded sampling by partition id and per-client budgets (see module docstring).
+
+    Reads seed, fraction-train, fraction-evaluate, keep-updates and max-idle-rounds from the run config."""
+
+    reply_timeout = 3600.0
+    """Seconds a round waits for its replies; a node silent that long is recorded as failed."""
+
+    def __init__(self, config: RunConfig) -> None:
         super().__init__(
-            fraction_train=fraction_train,
-            fraction_evaluate=fraction_evaluate,
+            fraction_train=config.fraction_train,
+            fraction_evaluate=config.fraction_evaluate,
             min_train_nodes=1,
-            min_evaluate_nodes=1 if fraction_evaluate > 0 else 0,
+            min_evaluate_nodes=1 if config.fraction_evaluate > 0 else 0,
             min_available_nodes=1,
         )
-        self.seed = seed
-        self.keep_updates = keep_updates
+        self.config = config
         self.sent: ArrayRecord | None = None
         self.partition_of: dict[int, int] = {}
+        self.num_partitions = 0
+        """The partitions the federation has (each node reports num-partitions); some may not have joined."""
         self.exhausted: set[int] = set()
         """Partitions whose budget is spent: never sampled again."""
         self.excluded: dict[int, str] = {}
@@ -70,6 +99,8 @@ class PrivateFedAvg(FedAvg):
         """Partitions too small to train (skip()): never sampled for training."""
         self.idle_rounds = 0
         """Consecutive rounds in which no client trained."""
+        self.trained_rounds = 0
+        """Rounds in which some client trained: a run without one did not complete."""
         self.current: RoundRecord | None = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -78,43 +109,71 @@ class PrivateFedAvg(FedAvg):
             "exhausted": sorted(self.exhausted),
             "excluded": {str(partition): reason for partition, reason in sorted(self.excluded.items())},
             "idle_rounds": self.idle_rounds,
+            "trained_rounds": self.trained_rounds,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.exhausted = {int(partition) for partition in state["exhausted"]}
         self.excluded = {int(partition): str(reason) for partition, reason in state["excluded"].items()}
         self.idle_rounds = int(state["idle_rounds"])
+        self.trained_rounds = int(state.get("trained_rounds", 1))  # older checkpoints: taken to have trained
 
-    def discover(self, grid: Grid, code: str, timeout: float = 600.0) -> int:
+    def discover(self, grid: Grid, code: str, timeout: float = 600.0, patience: float = JOIN_PATIENCE_S) -> int:
         """Ask every node which partition it holds (a query message), so sampling can be seeded, and
         whether it runs the same client code (`code`: dirichlet_fl.protocol.code_fingerprint).
 
-        Waits until as many nodes as the partitioning has (each node reports num-partitions) are
-        connected; returns that number."""
+        Waits until a node of every partition (each node reports num-partitions) has joined, or `patience`
+        seconds after the last one joined; an unavailable node is left out. Returns num-partitions."""
         deadline = time.monotonic() + timeout
-        num_partitions = 0
-        while not num_partitions or len(self.partition_of) < num_partitions:
+        joined = time.monotonic()
+        gone: set[int] = set()
+        while not self.num_partitions or len(self.partition_of) < self.num_partitions:
+            if self.num_partitions and time.monotonic() - joined > patience:
+                break
             if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(self.partition_of)} of {num_partitions or '?'} nodes connected")
-            new = sorted(set(grid.get_node_ids()) - set(self.partition_of))
+                raise TimeoutError(f"only {len(self.partition_of)} of {self.num_partitions or '?'} nodes connected")
+            new = sorted(set(grid.get_node_ids()) - set(self.partition_of) - gone)
             if not new:
                 time.sleep(0.2)
                 continue
-            query = RecordDict({"config": ConfigRecord({"code": code})})
-            messages = [Message(query, dst_node_id=node, message_type=MessageType.QUERY) for node in new]
-            for reply in grid.send_and_receive(messages, timeout=timeout):
-                if reply.has_error():
-                    raise RuntimeError(f"node {reply.metadata.src_node_id} refused to join: {reply.error.reason}")
-                self.partition_of[reply.metadata.src_node_id] = int(number(reply.content, "node", "partition-id"))
-                num_partitions = max(num_partitions, int(number(reply.content, "node", "num-partitions")))
-        if sorted(self.partition_of.values()) != list(range(num_partitions)):
-            raise RuntimeError(f"nodes hold partitions {sorted(self.partition_of.values())}, not 0..{num_partitions - 1}")
-        return num_partitions
+            gone |= self._query(grid, new, code, timeout)
+            joined = time.monotonic()
+        self._check_partitions()
+        return self.num_partitions
+
+    def _query(self, grid: Grid, nodes: list[int], code: str, timeout: float) -> set[int]:
+        """Send the discovery query to `nodes`; note each answering node's partition. Returns the nodes
+        that are unavailable; raises when a node refuses to join (e.g. it runs other client code)."""
+        query = RecordDict({"config": ConfigRecord({"code": code})})
+        messages = [Message(query, dst_node_id=node, message_type=MessageType.QUERY) for node in nodes]
+        gone = set()
+        for reply in attribute_replies(messages, grid.send_and_receive(messages, timeout=timeout)):
+            node = reply.metadata.src_node_id
+            if reply.has_error() and reply.error.code == NODE_UNAVAILABLE:
+                log(WARNING, "dirichlet-fl: node %d is unavailable and is left out: %s", node, reply.error.reason)
+                gone.add(node)
+            elif reply.has_error():
+                raise RuntimeError(f"node {node} refused to join: {reply.error.reason}")
+            else:
+                self.partition_of[node] = int(number(reply.content, "node", "partition-id"))
+                reported = int(number(reply.content, "node", "num-partitions"))
+                self.num_partitions = max(self.num_partitions, reported)
+        return gone
+
+    def _check_partitions(self) -> None:
+        """Every joined node holds its own partition in 0..num-partitions-1; say which did not join."""
+        held = sorted(self.partition_of.values())
+        if len(set(held)) != len(held) or not set(held) <= set(range(self.num_partitions)):
+            raise RuntimeError(f"nodes hold partitions {held}, not distinct ones of 0..{self.num_partitions - 1}")
+        missing = sorted(set(range(self.num_partitions)) - set(held))
+        if missing:
+            log(WARNING, "dirichlet-fl: partitions %s did not join; the run goes on without them", missing)
 
     def _sample(self, server_round: int, fraction: float, eligible: list[int], purpose: str) -> list[int]:
         """A seeded sample of eligible node ids, drawn in partition-id order."""
         ordered = sorted(eligible, key=lambda node: self.partition_of[node])
-        return seeded_sample(self.seed, purpose, server_round, ordered, len(self.partition_of), fraction)
+        population = max(self.num_partitions, len(self.partition_of))
+        return seeded_sample((self.config.seed, purpose, server_round), ordered, population, fraction)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -151,95 +210,112 @@ class PrivateFedAvg(FedAvg):
         """FedAvg's weighted mean of the clients' evaluation metrics, summed in partition-id order: in
         arrival order the float sums (federated accuracy and loss in rounds.csv) differ in the last bits
         between two runs of the same seed."""
-        ordered = sorted(replies, key=lambda reply: self.partition_of.get(reply.metadata.src_node_id, -1))
+        ordered = sorted(self._known(replies), key=lambda reply: self.partition_of[reply.metadata.src_node_id])
         return super().aggregate_evaluate(server_round, ordered)
+
+    def _known(self, replies: Iterable[Message]) -> list[Message]:
+        """The replies from nodes that joined the run; any other is dropped with a warning."""
+        known = []
+        for reply in replies:
+            if reply.metadata.src_node_id in self.partition_of:
+                known.append(reply)
+            else:
+                log(WARNING, "dirichlet-fl: ignored a reply from node %d, which holds no partition of this run",
+                    reply.metadata.src_node_id)
+        return known
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Weighted average of the private updates (in partition-id order); per-client eps kept, the max
-        reported; refusals and failures recorded with the ledgers they report."""
-        valid, errors = self._check_and_log_replies(replies, is_train=True)
-        record = self.current = RoundRecord(server_round, sent=self.sent if self.keep_updates else None)
+        reported; refusals and failures (a dropped-out site included) recorded with the ledgers they report."""
+        valid, errors = self._check_and_log_replies(self._known(replies), is_train=True)
+        record = self.current = RoundRecord(server_round, sent=self.sent if self.config.keep_updates else None)
         for reply in errors:
-            partition = self.partition_of[reply.metadata.src_node_id]
-            text, ledger = parse_error_reason(reply.error.reason or "")
-            if ledger is not None:
-                record.reported[partition] = ledger
-            if reply.error.code in REFUSALS:
-                record.refused[partition] = text
-                self.exhausted.add(partition)
-                continue
-            record.failed[partition] = text
-            if reply.error.code == SETUP_FAILED:
-                self.excluded[partition] = text
+            self._record_error(record, self.partition_of[reply.metadata.src_node_id], reply)
         valid = sorted(valid, key=lambda reply: self.partition_of[reply.metadata.src_node_id])
         for reply in valid:
             metrics = {key: float(cast(float, value)) for key, value in reply.content.metric_records["metrics"].items()}
             partition = self.partition_of[reply.metadata.src_node_id]
             record.trained[partition] = metrics
-            if self.keep_updates:
+            if self.config.keep_updates:
                 record.returned[partition] = reply.content.array_records[self.arrayrecord_key]
             if not metrics["can-continue"]:
                 self.exhausted.add(partition)
         record.spent = set(self.exhausted)
         record.excluded = set(self.excluded)
-        self.idle_rounds = 0 if valid else self.idle_rounds + 1
+        self._count_round(bool(valid))
         if not valid:
             return None, None
         arrays = aggregate_arrayrecords([reply.content for reply in valid], self.weighted_by_key)
         return arrays, MetricRecord({"train-loss": record.train_loss, "max-epsilon": record.max_epsilon})
 
-    def stop_reason(self, max_idle_rounds: int) -> tuple[str, str] | None:
+    def _record_error(self, record: RoundRecord, partition: int, reply: Message, stage: str = "") -> None:
+        """A refusal (not sampled again) or a failure (excluded after a setup failure), with its ledger."""
+        text, ledger = parse_error_reason(reply.error.reason or "")
+        if ledger is not None:
+            record.reported[partition] = ledger
+        if reply.error.code in REFUSALS:
+            record.refused[partition] = text
+            self.exhausted.add(partition)
+            return
+        record.failed[partition] = f"{stage}{text}"
+        if reply.error.code == SETUP_FAILED:
+            self.excluded[partition] = text
+
+    def _count_round(self, trained: bool) -> None:
+        self.idle_rounds = 0 if trained else self.idle_rounds + 1
+        self.trained_rounds += int(trained)
+
+    def stop_reason(self) -> tuple[str, str] | None:
         """None while some client may still train; else the run's final status and why."""
         available = set(self.partition_of.values()) - self.unavailable
-        if available and self.idle_rounds < max_idle_rounds:
+        if available and self.idle_rounds < self.config.max_idle_rounds:
             return None
-        if not available and self.exhausted:
+        if not available and self.exhausted and self.trained_rounds:
             return COMPLETED, "every client that can train has spent its budget"
         if not available:
-            return STOPPED_NO_CLIENT, "no client can train: every client's setup failed or its shard is too small (reasons in ledger.csv)"
+            return STOPPED_NO_CLIENT, ("no client can train: every client's budget is spent, its setup failed or "
+                                       "its shard is too small (reasons in ledger.csv)")
         return STOPPED_NO_CLIENT, f"no client trained in {self.idle_rounds} consecutive rounds (reasons in ledger.csv)"
 
     def train_and_aggregate(
-        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float
+        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message]
     ) -> ArrayRecord | None:
         """Send the round's train messages and aggregate the replies (sets self.current); None when no
         client's update arrived. strategies/secure.py overrides it for SecAgg+ and client-level DP."""
-        replies = grid.send_and_receive(messages, timeout=timeout)
-        new_arrays, _ = self.aggregate_train(server_round, replies)
+        new_arrays, _ = self.aggregate_train(server_round, exchange(grid, messages, self.reply_timeout))
         return new_arrays
 
     def run(
         self,
+        *,
         grid: Grid,
         arrays: ArrayRecord,
         rounds: range,
         train_config: ConfigRecord,
-        evaluate_fn: Callable[[int, ArrayRecord], dict[str, float]],
         on_round: Callable[[RoundRecord, ArrayRecord], None],
-        max_idle_rounds: int,
-        timeout: float = 3600.0,
-    ) -> tuple[ArrayRecord, tuple[str, str]]:
-        """The round loop from `arrays` over `rounds`: train, aggregate, evaluate centrally and on
-        clients, report; stop early when no client can train (stop_reason). Call discover() first.
-        Returns the final global weights and the final status with its reason (runs.COMPLETED, ...)."""
+    ) -> RunResult:
+        """The round loop from `arrays` over `rounds`: train, aggregate, evaluate on clients, then
+        `on_round(record, arrays)` (the caller evaluates centrally and writes); stop early when no client
+        can train (stop_reason). Call discover() first."""
         for server_round in rounds:
-            reason = self.stop_reason(max_idle_rounds)
+            reason = self.stop_reason()
             if reason is not None:
-                return arrays, reason
+                return RunResult(arrays, *reason)
             messages = list(self.configure_train(server_round, arrays, ConfigRecord(dict(train_config)), grid))
-            new_arrays = self.train_and_aggregate(grid, server_round, arrays, messages, timeout)
+            new_arrays = self.train_and_aggregate(grid, server_round, arrays, messages)
             record = self.current or RoundRecord(server_round)
             arrays = new_arrays if new_arrays is not None else arrays
-            evaluations = grid.send_and_receive(
-                list(self.configure_evaluate(server_round, arrays, ConfigRecord(), grid)), timeout=timeout
-            )
+            evaluations = exchange(grid, list(self.configure_evaluate(server_round, arrays, ConfigRecord(), grid)),
+                                   self.reply_timeout)
             federated = self.aggregate_evaluate(server_round, evaluations)
             record.federated = {k: float(cast(float, v)) for k, v in federated.items()} if federated is not None else {}
-            record.central = evaluate_fn(server_round, arrays)
             on_round(record, arrays)
-        reason = self.stop_reason(max_idle_rounds)
+        reason = self.stop_reason()
         if reason is not None and reason[0] == STOPPED_NO_CLIENT:
-            return arrays, reason
-        return arrays, (COMPLETED, f"all {rounds.stop - 1} rounds run")
+            return RunResult(arrays, *reason)
+        if not self.trained_rounds:
+            return RunResult(arrays, STOPPED_NO_CLIENT, f"no client trained in any of the {rounds.stop - 1} rounds "
+                             "(reasons in ledger.csv)")
+        return RunResult(arrays, COMPLETED, f"all {rounds.stop - 1} rounds run")

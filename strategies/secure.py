@@ -76,14 +76,7 @@ from flwr.supercore.differential_privacy import (
 )
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import (
-    ARRAY_KEYS,
-    BUDGET_EXHAUSTED,
-    CLIPPED_COUNT_NOISE_STD,
-    NOISE_SHARE_STD,
-    SETUP_FAILED,
-    parse_error_reason,
-)
+from dirichlet_fl.protocol import ARRAY_KEYS, CLIPPED_COUNT_NOISE_STD, NOISE_SHARE_STD
 from dirichlet_fl.runs import RoundRecord
 from privacy.client_level import (
     AdaptiveClipping,
@@ -93,17 +86,16 @@ from privacy.client_level import (
     update_noise_multiplier,
 )
 from strategies.private_fedavg import PrivateFedAvg
+from strategies.replies import attribute_replies, exchange
 
 NDArrays = list[np.ndarray]
 
 
 def build_strategy(config: RunConfig) -> PrivateFedAvg:
     """PrivateFedAvg, or SecureFedAvg when the run asks for secure aggregation or client-level DP."""
-    common: dict[str, Any] = {"seed": config.seed, "fraction_train": config.fraction_train,
-                              "fraction_evaluate": config.fraction_evaluate, "keep_updates": config.keep_updates}
-    if config.secure_aggregation == "none" and config.client_dp == "none":
-        return PrivateFedAvg(**common)
-    return SecureFedAvg(config, **common)
+    if config.secagg.mode == "none" and config.client_level.mode == "none":
+        return PrivateFedAvg(config)
+    return SecureFedAvg(config)
 
 
 def secaggplus_workflow(config: RunConfig, timeout: float | None) -> SecAggPlusWorkflow:
@@ -113,12 +105,13 @@ def secaggplus_workflow(config: RunConfig, timeout: float | None) -> SecAggPlusW
     def share(value: float) -> int | float:
         return float(value) if value <= 1 else int(value)
 
+    secagg = config.secagg
     return SecAggPlusWorkflow(
-        share(config.secagg_num_shares),
-        share(config.secagg_reconstruction_threshold),
-        max_weight=1.0 if config.client_dp != "none" else config.secagg_max_weight,
-        clipping_range=config.secagg_clipping_range,
-        quantization_range=config.secagg_quantization_range,
+        share(secagg.num_shares),
+        share(secagg.reconstruction_threshold),
+        max_weight=1.0 if config.client_level.mode != "none" else secagg.max_weight,
+        clipping_range=secagg.clipping_range,
+        quantization_range=secagg.quantization_range,
         timeout=timeout,
     )
 
@@ -149,12 +142,9 @@ def noised_mean_update(current: NDArrays, weights: list[NDArrays], clipping_norm
 class SecureFedAvg(PrivateFedAvg):
     """PrivateFedAvg whose training step runs SecAgg+ and/or adds client-level DP (module docstring)."""
 
-    def __init__(self, config: RunConfig, *, seed: int, fraction_train: float, fraction_evaluate: float,
-                 keep_updates: bool = False) -> None:
-        super().__init__(seed=seed, fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
-                         keep_updates=keep_updates)
-        self.config = config
-        self.client_level = ClientLevelAccountant(config.delta) if config.client_dp != "none" else None
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        self.client_level = ClientLevelAccountant(config.delta) if config.client_level.mode != "none" else None
         self.adaptive: AdaptiveClipping | None = None
         self.eligible = 0
 
@@ -171,18 +161,18 @@ class SecureFedAvg(PrivateFedAvg):
                 self.client_level.compose(ClientLevelRound(int(population), int(sample_size), float(multiplier)))
         if state.get("adaptive_clipping"):
             saved = state["adaptive_clipping"]
-            self.adaptive = self.config.adaptive_clipping(float(saved["count_stddev"]))
+            self.adaptive = self.config.client_level.adaptive_clipping(float(saved["count_stddev"]))
             self.adaptive.load_state_dict(saved)
 
     @property
     def clipping_norm(self) -> float:
         """This round's C: client-clipping-norm, or where adaptive clipping has moved it."""
-        return self.config.client_clipping_norm if self.adaptive is None else self.adaptive.clipping_norm
+        return self.config.client_level.clipping_norm if self.adaptive is None else self.adaptive.clipping_norm
 
     @property
     def update_noise_multiplier(self) -> float:
         """The noise multiplier of the update sum: z, or z_delta under adaptive clipping."""
-        z = self.config.client_noise_multiplier
+        z = self.config.client_level.noise_multiplier
         return z if self.adaptive is None else update_noise_multiplier(z, self.adaptive.count_stddev)
 
     def configure_train(
@@ -192,14 +182,15 @@ class SecureFedAvg(PrivateFedAvg):
         self.eligible = sum(partition not in self.unavailable for partition in self.partition_of.values())
         if self.client_level is not None:
             config[KEY_CLIPPING_NORM] = self.clipping_norm
-        if self.config.client_dp == "adaptive":
+        client_level = self.config.client_level
+        if client_level.mode == "adaptive":
             config[CLIPPED_COUNT_NOISE_STD] = 0.0  # the server noises the count (overridden under SecAgg+)
         messages = list(super().configure_train(server_round, arrays, config, grid))
-        if self.config.client_dp == "adaptive" and self.adaptive is None and messages:
-            self.adaptive = self.config.adaptive_clipping(self.config.clipped_count_stddev(len(messages)))
-        if self.config.secure_aggregation == "none" or len(messages) != 1:
+        if client_level.mode == "adaptive" and self.adaptive is None and messages:
+            self.adaptive = client_level.adaptive_clipping(client_level.count_stddev(len(messages)))
+        if self.config.secagg.mode == "none" or len(messages) != 1:
             return messages
-        reason = (f"secure-aggregation={self.config.secure_aggregation!r} needs at least 2 clients per round, but "
+        reason = (f"secure-aggregation={self.config.secagg.mode!r} needs at least 2 clients per round, but "
                   f"round {server_round} samples 1")
         if server_round == 1:
             raise ValueError(f"{reason}: raise fraction-train or the number of clients")
@@ -208,14 +199,14 @@ class SecureFedAvg(PrivateFedAvg):
         return []
 
     def train_and_aggregate(
-        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float
+        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message]
     ) -> ArrayRecord | None:
         if not messages:
-            return super().train_and_aggregate(grid, server_round, arrays, messages, timeout)
-        if self.config.secure_aggregation == "secaggplus":
-            mean_update = self._secaggplus_round(grid, server_round, arrays, messages, timeout)
+            return super().train_and_aggregate(grid, server_round, arrays, messages)
+        if self.config.secagg.mode == "secaggplus":
+            mean_update = self._secaggplus_round(grid, server_round, arrays, messages)
         else:
-            mean_update = self._clear_round(grid, server_round, arrays, messages, timeout)
+            mean_update = self._clear_round(grid, server_round, arrays, messages)
         record = self.current = self.current or RoundRecord(server_round)
         if mean_update is None:
             return None
@@ -227,11 +218,9 @@ class SecureFedAvg(PrivateFedAvg):
             for name, old, delta in zip(arrays.keys(), current, mean_update)
         })
 
-    def _clear_round(
-        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float
-    ) -> NDArrays | None:
+    def _clear_round(self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message]) -> NDArrays | None:
         """Client-level DP without SecAgg+: the uniform mean of the clipped updates, noised by the server."""
-        replies = list(grid.send_and_receive(messages, timeout=timeout))
+        replies = exchange(grid, messages, self.reply_timeout)
         self.aggregate_train(server_round, replies)
         updates = [reply.content.array_records["arrays"].to_numpy_ndarrays() for reply in replies if not reply.has_error()]
         if not updates:
@@ -244,7 +233,7 @@ class SecureFedAvg(PrivateFedAvg):
         return mean
 
     def _secaggplus_round(
-        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message], timeout: float
+        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message]
     ) -> NDArrays | None:
         """One training round through Flower's SecAggPlusWorkflow; returns the unmasked mean update."""
         nodes = [message.metadata.dst_node_id for message in messages]
@@ -268,7 +257,7 @@ class SecureFedAvg(PrivateFedAvg):
             Context(run_id=run_id, node_id=0, node_config={}, state=state, run_config={}),
             strategy=sampled, client_manager=sampled.manager,
         )
-        secaggplus_workflow(self.config, timeout)(recording, context)
+        secaggplus_workflow(self.config, self.reply_timeout)(recording, context)
         record = self._secaggplus_record(server_round, nodes, recording)
         if sampled.aggregate is None:
             log(WARNING, "round %d: SecAgg+ could not unmask the sum (%d of %d sampled clients sent a masked "
@@ -300,16 +289,7 @@ class SecureFedAvg(PrivateFedAvg):
                     record.failed[partition] = f"dropped out of SecAgg+ at stage {stage!r}: no reply"
                     break
                 if reply.has_error():
-                    text, ledger = parse_error_reason(reply.error.reason or "")
-                    if ledger is not None:
-                        record.reported[partition] = ledger
-                    if reply.error.code == BUDGET_EXHAUSTED:
-                        record.refused[partition] = text
-                        self.exhausted.add(partition)
-                    else:
-                        record.failed[partition] = f"SecAgg+ stage {stage!r}: {text}"
-                        if reply.error.code == SETUP_FAILED:
-                            self.excluded[partition] = text
+                    self._record_error(record, partition, reply, stage=f"SecAgg+ stage {stage!r}: ")
                     break
                 if stage == Stage.COLLECT_MASKED_VECTORS:
                     shown = reply.content.config_records["fitres.metrics"]
@@ -321,15 +301,15 @@ class SecureFedAvg(PrivateFedAvg):
             else:
                 record.failed[partition] = "secure aggregation halted before this client trained"
         record.spent, record.excluded = set(self.exhausted), set(self.excluded)
-        self.idle_rounds = 0 if record.trained else self.idle_rounds + 1
+        self._count_round(bool(record.trained))
         return record
 
     def _account(self, record: RoundRecord, sampled: int) -> None:
         """Compose the round's release into the client-level ledger and note it in the round's record."""
         assert self.client_level is not None
         contributed = len(record.trained)
-        multiplier = self.config.client_noise_multiplier
-        if self.config.secure_aggregation == "secaggplus":
+        multiplier = self.config.client_level.noise_multiplier
+        if self.config.secagg.mode == "secaggplus":
             multiplier *= math.sqrt(contributed / sampled)
         self.client_level.compose(ClientLevelRound(self.eligible, sampled, multiplier))
         record.client_level = {
@@ -388,7 +368,7 @@ class _RecordingGrid(Grid):
         if not messages:
             return []
         stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS][Key.STAGE])  # before a client pops it
-        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        replies = attribute_replies(messages, self.grid.send_and_receive(messages, timeout=timeout))
         self.stages.append((stage, {reply.metadata.src_node_id: reply for reply in replies}))
         return replies
 

@@ -13,11 +13,13 @@ import torch
 from flwr.app import ArrayRecord
 
 from cli.audit import add_parser
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import DataConfig, RunConfig
 from dirichlet_fl.run_audit import audit_run, matched_candidates
 from dirichlet_fl.runs import CHECKPOINT, ClientLedger, load_run, save_round_updates
 from dirichlet_fl.task import build_run_model, evaluate, federated_split
 from privacy.registry import covers
+
+IID_DIGITS = DataConfig(dataset="digits", partitioner="iid")
 
 
 def run_command(argv: list[str]) -> int:
@@ -38,7 +40,7 @@ def write_run(
 ) -> Path:
     """A finished-run folder as the server writes it; an untrained model (it never saw any example)
     unless `state` plants other weights."""
-    config = RunConfig(dataset="digits", partitioner="iid", mechanism=mechanism, keep_updates=keep_updates)
+    config = RunConfig(mechanism=mechanism, keep_updates=keep_updates, data=IID_DIGITS)
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"run_config": config.to_run_config(), "num_clients": len(epsilons)}))
     torch.manual_seed(0)
@@ -127,7 +129,7 @@ def test_missing_folder_or_file_is_one_line_and_exit_code_two(tmp_path, capsys, 
 # ---------------------------------------------------------------------------------------------
 
 def run_split(num_clients: int):
-    return federated_split(RunConfig(dataset="digits", partitioner="iid").split_spec(num_clients))
+    return federated_split(RunConfig(data=IID_DIGITS).split_spec(num_clients))
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +140,7 @@ def memorised() -> tuple[dict[str, torch.Tensor], float]:
     torch.set_num_threads(1)
     split = run_split(10)
     torch.manual_seed(0)
-    model = build_run_model(RunConfig(dataset="digits", partitioner="iid"), split.data)
+    model = build_run_model(RunConfig(data=IID_DIGITS), split.data)
     part = torch.as_tensor(split.train_parts[0])
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     model.train()
@@ -195,7 +197,7 @@ def test_the_update_view_convicts_the_client_whose_updates_carry_its_examples_gr
     run_dir = write_run(tmp_path / "run", "dirichlet", [0.3] * 20, final_accuracy=0.1, keep_updates=True)
     split = run_split(20)
     torch.manual_seed(0)
-    model = build_run_model(RunConfig(dataset="digits", partitioner="iid"), split.data)
+    model = build_run_model(RunConfig(data=IID_DIGITS), split.data)
     sent = {key: value.clone() for key, value in model.state_dict().items()}
     part = torch.as_tensor(split.train_parts[0])
     noise = torch.Generator().manual_seed(1)

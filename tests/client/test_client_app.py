@@ -141,7 +141,7 @@ def test_a_failure_after_partial_training_is_recorded_with_the_clients_true_eps(
     context = client_context(OVERRIDES)
     config = RunConfig.from_run_config(dict(context.run_config) | {"results-dir": str(tmp_path), "run-name": "run"})
     writer = RunWriter.create(config, 2, "x")
-    strategy = PrivateFedAvg(seed=0, fraction_train=1.0, fraction_evaluate=0.0)
+    strategy = PrivateFedAvg(RunConfig(fraction_evaluate=0.0))
     strategy.partition_of = {7: 0, 8: 1}
     ledger_file = writer.directory / "ledgers" / "partition-0.json"
     calls, seen = {"n": 0}, {}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from client.round import Client, train_round
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import LearningRateConfig, RunConfig
 from dirichlet_fl.task import ClientShard, client_learning_rate, initial_model
 from privacy.dirichlet import dirichlet_nll_loss
 from privacy.dpsgd import DPSGDMechanism
@@ -39,7 +39,7 @@ def empty_shard() -> ClientShard:
 def test_clients_with_5x_different_r_take_equally_large_expected_steps(mode: str, equal: bool) -> None:
     """Theorem 11: the expected private gradient is kappa_i (s - onehot); the effective mode divides
     each client's rate by its own kappa_i, so rate_i * E[grad_i] is the same for both clients."""
-    config = RunConfig(learning_rate=0.1, learning_rate_mode=mode)
+    config = RunConfig(lr=LearningRateConfig(rate=0.1, mode=mode))
     model = torch.nn.Linear(1, 1)
     steps = []
     for seed, r in enumerate((0.02, 0.1)):
@@ -56,31 +56,31 @@ def test_clients_with_5x_different_r_take_equally_large_expected_steps(mode: str
 def test_dpsgd_and_none_take_the_rate_as_given_in_every_mode() -> None:
     spec = MechanismSpec("dpsgd", 1.0, 1e-5, 0.05, 100, num_examples=200)
     for mode in ("effective", "adaptive", "raw"):
-        config = RunConfig(learning_rate=0.3, learning_rate_mode=mode)
+        config = RunConfig(lr=LearningRateConfig(rate=0.3, mode=mode))
         for mechanism in (NoPrivacy(0.05), DPSGDMechanism.calibrated(spec)):
             assert client_learning_rate(config, mechanism, torch.nn.Linear(1, 1), empty_shard()) == 0.3
 
 
 def test_adam_takes_the_rate_as_given_because_it_is_invariant_to_the_gradients_scale() -> None:
-    config = RunConfig(learning_rate=0.001, optimizer="adam")
+    config = RunConfig(lr=LearningRateConfig(optimizer="adam", rate=0.001))
     mechanism = DirichletMechanism(0.05, 3.0, 0.05, 1e-5)
     assert client_learning_rate(config, mechanism, torch.nn.Linear(1, 1), empty_shard()) == 0.001
 
 
 def test_adaptive_mode_uses_the_models_confidence_on_the_local_test_share() -> None:
-    config = RunConfig(learning_rate=0.1, learning_rate_mode="adaptive")
+    config = RunConfig(lr=LearningRateConfig(rate=0.1, mode="adaptive"))
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
     torch.nn.init.zeros_(model[1].weight)
     torch.nn.init.zeros_(model[1].bias)  # uniform softmax: the true class gets 0.1
     shard = replace(empty_shard(), test_x=torch.randn(5, 1, 8, 8), test_y=torch.arange(5))
     mechanism = DirichletMechanism(0.05, 3.0, 0.05, 1e-5)
     assert client_learning_rate(config, mechanism, model, shard) == pytest.approx(mechanism.step_rate(0.1, 0.1))
-    fixed = replace(config, learning_rate_mode="effective")
+    fixed = replace(config, lr=replace(config.lr, mode="effective"))
     assert client_learning_rate(fixed, mechanism, model, shard) == pytest.approx(mechanism.step_rate(0.1, 0.9))
 
 
 def test_the_reply_carries_each_clients_own_rate() -> None:
-    config = RunConfig(local_steps=2, num_server_rounds=2, learning_rate=0.05)
+    config = RunConfig(local_steps=2, num_server_rounds=2, lr=LearningRateConfig(rate=0.05))
     weights = initial_model(config, _digits()).state_dict()
     rates = {}
     for partition in (0, 1):

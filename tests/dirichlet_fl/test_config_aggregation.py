@@ -33,6 +33,6 @@ def test_bad_aggregation_values_name_the_key_and_the_range(key: str, value: obje
 
 def test_the_defaults_are_off_and_valid() -> None:
     config = RunConfig.from_run_config({})
-    assert (config.secure_aggregation, config.client_dp) == ("none", "none")
+    assert (config.secagg.mode, config.client_level.mode) == ("none", "none")
     RunConfig.from_run_config({"secure-aggregation": "secaggplus", "client-dp": "central", "secagg-num-shares": 5,
                                "secagg-reconstruction-threshold": 3})

@@ -87,13 +87,13 @@ def test_resume_cuts_rows_past_the_checkpoint_and_restores_every_ledger(tmp_path
     assert again.clients[0].epsilon == 0.5 and again.clients[0].steps == 10
 
 
-@pytest.mark.parametrize(("key", "value"), [("batch_size", 16), ("mechanism", "dpsgd"), ("partitioner", "iid"),
-                                            ("seed", 1), ("dataset", "mnist"), ("num_server_rounds", 20)])
+@pytest.mark.parametrize(("key", "value"), [("batch-size", 16), ("mechanism", "dpsgd"), ("partitioner", "iid"),
+                                            ("seed", 1), ("dataset", "mnist"), ("num-server-rounds", 20)])
 def test_resume_refuses_a_config_that_changes_the_accounting(tmp_path, key: str, value) -> None:
     writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), 1, "x")
     writer.record_round(RoundRecord(1), weights(1.0), {})
-    changed = RunConfig(**{key: value, "resume_from": str(tmp_path / "run")})
-    with pytest.raises(ValueError, match=f"^{key.replace('_', '-')}="):
+    changed = RunConfig.from_run_config({key: value, "resume-from": str(tmp_path / "run")})
+    with pytest.raises(ValueError, match=f"^{key}="):
         RunWriter.resume(changed, 1, "x")
 
 

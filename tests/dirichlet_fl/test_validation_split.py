@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import DataConfig, RunConfig
 from dirichlet_fl.data import load_dataset
 from dirichlet_fl.task import federated_split
 
@@ -19,7 +19,7 @@ def keys(images: torch.Tensor) -> set[bytes]:
 
 def test_validation_examples_come_from_the_training_set_and_are_not_trained_on() -> None:
     full = load_dataset("digits", None)
-    split = federated_split(RunConfig(validation_fraction=0.2).split_spec(4))
+    split = federated_split(RunConfig(data=DataConfig(validation_fraction=0.2)).split_spec(4))
     data = split.data
     assert len(data.test_y) == math.ceil(0.2 * len(full.train_y)) and len(data.train_y) + len(data.test_y) == len(full.train_y)
     held_out = keys(data.test_x)
@@ -32,4 +32,4 @@ def test_validation_examples_come_from_the_training_set_and_are_not_trained_on()
 
 def test_validation_fraction_out_of_range_names_the_key() -> None:
     with pytest.raises(ValueError, match=r"validation-fraction=0\.7 is out of range"):
-        RunConfig(validation_fraction=0.7).validate()
+        RunConfig.from_run_config({"validation-fraction": 0.7})

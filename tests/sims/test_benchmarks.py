@@ -15,6 +15,7 @@ import pytest
 
 from cli import bench
 from cli.main import OneLineErrorParser
+from dirichlet_fl.config import RunConfig
 from sims import accuracy_vs_epsilon
 from strategies.private_fedavg import PrivateFedAvg, seeded_sample
 
@@ -170,12 +171,12 @@ def test_invalid_options_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Cap
 
 @pytest.mark.parametrize("fraction", [0.3, 0.5, 1.0])
 def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
-    strategy = PrivateFedAvg(seed=7, fraction_train=fraction, fraction_evaluate=1.0)
+    strategy = PrivateFedAvg(RunConfig(seed=7, fraction_train=fraction, fraction_evaluate=1.0))
     strategy.partition_of = {1000 - p: p for p in range(10)}  # node ids in the reverse order of partitions
     eligible = [p for p in range(10) if p != 4]
     for server_round in (1, 2, 5):
         nodes = strategy._sample(server_round, fraction, [1000 - p for p in eligible], "train")
-        assert seeded_sample(7, "train", server_round, eligible, 10, fraction) == [
+        assert seeded_sample((7, "train", server_round), eligible, 10, fraction) == [
             strategy.partition_of[n] for n in nodes]
 
 

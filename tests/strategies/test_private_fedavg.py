@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
+from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
 from dirichlet_fl.runs import RoundRecord
 from strategies.private_fedavg import PrivateFedAvg
@@ -15,8 +16,8 @@ from tests.helpers import set_task_identity
 set_task_identity()
 
 
-def strategy(seed: int, fraction: float = 0.5) -> PrivateFedAvg:
-    s = PrivateFedAvg(seed=seed, fraction_train=fraction, fraction_evaluate=0.0)
+def strategy(seed: int, fraction: float = 0.5, max_idle: int = 2) -> PrivateFedAvg:
+    s = PrivateFedAvg(RunConfig(seed=seed, fraction_train=fraction, fraction_evaluate=0.0, max_idle_rounds=max_idle))
     s.partition_of = {node: partition for partition, node in enumerate([9001, 17, 4242, 5, 777, 31337])}
     return s
 
@@ -101,23 +102,26 @@ def test_state_survives_a_new_federation_with_other_node_ids() -> None:
 
 
 def test_the_run_stops_when_no_client_can_train() -> None:
-    s = strategy(seed=0, fraction=1.0)
-    assert s.stop_reason(max_idle_rounds=2) is None
-    message = next(iter(s.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)))
-    for server_round in (1, 2):
-        s.aggregate_train(server_round, [Message(Error(TRAINING_FAILED, "x"), reply_to=message)])
-    assert s.stop_reason(max_idle_rounds=3) is None
-    assert s.stop_reason(max_idle_rounds=2) == ("stopped-no-client-can-train",
-                                                "no client trained in 2 consecutive rounds (reasons in ledger.csv)")
+    s, patient = strategy(seed=0, fraction=1.0), strategy(seed=0, fraction=1.0, max_idle=3)
+    assert s.stop_reason() is None
+    for each in (s, patient):
+        message = next(iter(each.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)))
+        for server_round in (1, 2):
+            each.aggregate_train(server_round, [Message(Error(TRAINING_FAILED, "x"), reply_to=message)])
+    assert patient.stop_reason() is None
+    assert s.stop_reason() == ("stopped-no-client-can-train",
+                               "no client trained in 2 consecutive rounds (reasons in ledger.csv)")
     s.exhausted, s.excluded, s.idle_rounds = {0, 1, 2}, {3: "a", 4: "b", 5: "c"}, 0
-    assert s.stop_reason(max_idle_rounds=2)[0] == "completed"  # budgets spent: the run did its job
+    assert s.stop_reason()[0] == "stopped-no-client-can-train"  # budgets spent, but nobody ever trained
+    s.trained_rounds = 1
+    assert s.stop_reason()[0] == "completed"  # budgets spent after training: the run did its job
     s.exhausted = set()
     s.excluded = dict.fromkeys(range(6), "setup failed")
-    assert s.stop_reason(max_idle_rounds=2)[0] == "stopped-no-client-can-train"
+    assert s.stop_reason()[0] == "stopped-no-client-can-train"
 
 
 def test_with_keep_updates_the_round_record_holds_what_the_coordinator_saw() -> None:
-    s = PrivateFedAvg(seed=0, fraction_train=1.0, fraction_evaluate=0.0, keep_updates=True)
+    s = PrivateFedAvg(RunConfig(fraction_evaluate=0.0, keep_updates=True))
     s.partition_of = {17: 0, 5: 1}
     sent = ArrayRecord({"w": torch.zeros(3)})
     messages = {s.partition_of[m.metadata.dst_node_id]: m for m in s.configure_train(1, sent, ConfigRecord(), grid=None)}

@@ -49,7 +49,9 @@ def fake_client_app(refuse: set[int] = frozenset()) -> ClientApp:  # type: ignor
 
 
 def secure_round(grid: InProcessGrid, **overrides) -> tuple[SecureFedAvg, ArrayRecord, ArrayRecord | None]:
-    config = RunConfig(**({"secure_aggregation": "secaggplus", "secagg_max_weight": 200.0} | overrides))
+    """One round under SecAgg+ (max weight 200) with `overrides`: run-config keys written as keywords."""
+    keys = {name.replace("_", "-"): value for name, value in overrides.items()}
+    config = RunConfig.from_run_config({"secure-aggregation": "secaggplus", "secagg-max-weight": 200.0} | keys)
     rng = np.random.default_rng(99)
     arrays = ArrayRecord({k: Array(rng.normal(0, 1, s).astype(np.float32)) for k, s in SHAPES.items()})
     strategy, new = run_secure_round(config, grid, arrays)
@@ -64,8 +66,8 @@ def weighted_mean_update(partitions: list[int]) -> dict[str, np.ndarray]:
 def quantization_tolerance(config: RunConfig, partitions: list[int]) -> float:
     """Worst case per entry: each client's weighted value is rounded to a step of 2c/Q, and the weighted
     sum is divided by the total weight (in units of max-weight); plus float32 rounding of the result."""
-    step = 2 * config.secagg_clipping_range / config.secagg_quantization_range
-    total_ratio = sum(EXAMPLES[p] for p in partitions) / config.secagg_max_weight
+    step = 2 * config.secagg.clipping_range / config.secagg.quantization_range
+    total_ratio = sum(EXAMPLES[p] for p in partitions) / config.secagg.max_weight
     return len(partitions) * step / total_ratio + 1e-6
 
 
@@ -145,8 +147,7 @@ def test_client_dp_under_secagg_noises_the_sum_and_accounts_the_survivors() -> N
 
 
 def test_secagg_never_sends_a_single_update() -> None:
-    strategy = SecureFedAvg(RunConfig(secure_aggregation="secaggplus"), seed=0, fraction_train=1.0,
-                            fraction_evaluate=0.0)
+    strategy = SecureFedAvg(RunConfig.from_run_config({"secure-aggregation": "secaggplus", "fraction-evaluate": 0.0}))
     strategy.partition_of = {100: 0, 101: 1}
     arrays = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
     assert len(list(strategy.configure_train(1, arrays, ConfigRecord(), grid=None))) == 2  # type: ignore[arg-type]
@@ -160,7 +161,7 @@ def test_the_client_level_ledger_survives_a_checkpoint() -> None:
     grid = InProcessGrid(fake_client_app(), 3)
     strategy, _, _ = secure_round(grid, client_dp="central", client_noise_multiplier=3.0)
     state = strategy.state_dict()
-    resumed = SecureFedAvg(strategy.config, seed=0, fraction_train=1.0, fraction_evaluate=0.0)
+    resumed = SecureFedAvg(strategy.config)
     resumed.load_state_dict(state)
     assert resumed.client_level is not None and strategy.client_level is not None
     assert resumed.client_level.rounds == strategy.client_level.rounds == [ClientLevelRound(3, 3, 3.0)]
@@ -198,17 +199,16 @@ def test_adaptive_clipping_noises_the_update_at_z_delta_and_accounts_z() -> None
     assert strategy.adaptive is not None and strategy.adaptive.count_stddev == 4 / 20  # the default: m / 20
     assert strategy.update_noise_multiplier == pytest.approx((0.3 ** -2 - 0.4 ** -2) ** -0.5)
     assert strategy.client_level is not None and strategy.client_level.rounds == [ClientLevelRound(4, 4, 0.3)]
-    resumed = SecureFedAvg(strategy.config, seed=0, fraction_train=1.0, fraction_evaluate=0.0)
+    resumed = SecureFedAvg(strategy.config)
     resumed.load_state_dict(strategy.state_dict())
     assert resumed.adaptive == strategy.adaptive
 
 
 def test_adaptive_clipping_refuses_too_little_count_noise_before_any_client_trains() -> None:
-    strategy = SecureFedAvg(RunConfig(client_dp="adaptive", client_noise_multiplier=1.0), seed=0, fraction_train=1.0,
-                            fraction_evaluate=0.0)
+    strategy = SecureFedAvg(RunConfig.from_run_config({"client-dp": "adaptive", "client-noise-multiplier": 1.0}))
     strategy.partition_of = {100 + p: p for p in range(4)}
     arrays = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
     with pytest.raises(ValueError, match=r"needs client-clipped-count-stddev > 0.5 \(got 0.2\)"):
         strategy.configure_train(1, arrays, ConfigRecord(), grid=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"client-clipped-count-stddev > 0.5 \(got 0.25\)"):
-        RunConfig(client_dp="adaptive", client_clipped_count_stddev=0.25).validate()
+        RunConfig.from_run_config({"client-dp": "adaptive", "client-clipped-count-stddev": 0.25})
