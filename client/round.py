@@ -17,7 +17,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from client.site_ledger import SiteLedger
-from client.training import make_optimizer, train_locally
+from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import ImageData, dataset_num_classes
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, Metrics, error_reason, one_line
@@ -199,10 +199,9 @@ def train_round(
         learning_rate = client_learning_rate(config, mechanism, model, shard)
         wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.lr.optimizer, model, learning_rate))
         generator = client_generator(config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce)
-        mean_loss = train_locally(
-            wrapped, optimizer, mechanism, shard.train_x, shard.train_y, steps, mechanism.sample_rate, generator,
-            augmentation(config), on_step=progress, privacy_rng=SecureRandom() if config.secure_rng else None,
-        )
+        privacy_rng = SecureRandom() if config.secure_rng else None
+        batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng)
+        mean_loss = train_locally(wrapped, optimizer, mechanism, batches, steps, on_step=progress)
     except LifetimeBudgetSpent as error:  # write_ahead's locked re-check: another run at the site trained meanwhile
         return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", summary))
     except Exception as error:  # the ledger survives: every step was composed before it ran

@@ -2,13 +2,14 @@
 
 Data lives on the device as tensors; each step draws a Poisson mask there and gathers the batch by
 index (no DataLoader in the hot loop). Losses are summed on the device and read once at the end.
-With `privacy_rng` (run-config `secure-rng`) the masks and the mechanism's draws come from the OS's
+With a `privacy_rng` (run-config `secure-rng`) the masks and the mechanism's draws come from the OS's
 CSPRNG (privacy/csprng.py); augmentation, which no eps depends on, keeps the seeded generator.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -27,36 +28,54 @@ def make_optimizer(name: str, model: nn.Module, learning_rate: float) -> torch.o
     raise ValueError(f"optimizer={name!r} is invalid: choose one of sgd, adam")
 
 
+Augment = Callable[[Tensor, torch.Generator], Tensor]
+"""An on-device augmentation of a sampled batch, drawing from the round's generator."""
+
+
+@dataclass(frozen=True)
+class PoissonBatches:
+    """Where a client's minibatches come from: its examples on the device, the generator of the round,
+    the augmentation of each drawn batch (from the generator) and, under secure-rng, the CSPRNG that the
+    Poisson masks and the mechanism's draws come from instead of the generator. The sampling rate is the
+    mechanism's own q, so no step runs at a rate it did not account."""
+
+    inputs: Tensor
+    labels: Tensor
+    generator: torch.Generator
+    augment: Augment | None = None
+    privacy_rng: SecureRandom | None = None
+
+    @property
+    def draws(self) -> torch.Generator | SecureRandom:
+        """The source of every privacy draw: the CSPRNG when given, else the round's generator."""
+        return self.generator if self.privacy_rng is None else self.privacy_rng
+
+
 def train_locally(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     mechanism: Mechanism,
-    inputs: Tensor,
-    labels: Tensor,
+    batches: PoissonBatches,
     steps: int,
-    sample_rate: float,
-    generator: torch.Generator,
-    augment: Callable[[Tensor, torch.Generator], Tensor] | None = None,
+    *,
     on_step: Callable[[int], None] | None = None,
-    privacy_rng: SecureRandom | None = None,
 ) -> float:
-    """Run `steps` Poisson-sampled steps, composing each into the mechanism's ledger before it runs,
-    so that the ledger holds every step that released anything even if training fails midway;
-    `on_step(k)`, if given, is told before step k runs (a round's progress file, client/progress.py).
-    Privacy draws come from `privacy_rng` when given, else from `generator`.
-    Returns the mean loss over the non-empty batches (nan when every batch was empty)."""
-    draws: torch.Generator | SecureRandom = generator if privacy_rng is None else privacy_rng
+    """Run `steps` Poisson-sampled steps at the mechanism's rate q, composing each into the mechanism's
+    ledger before it runs, so that the ledger holds every step that released anything even if training
+    fails midway; `on_step(k)`, if given, is told before step k runs (a round's progress file,
+    client/progress.py). Returns the mean loss over the non-empty batches (nan when every batch was empty)."""
     model.train()
+    inputs, labels, generator, draws = batches.inputs, batches.labels, batches.generator, batches.draws
     loss_sum = torch.zeros((), device=inputs.device)
     updates = 0
     for step in range(steps):
         mechanism.record(1)
         if on_step is not None:
             on_step(step + 1)
-        index = poisson_sample(labels.shape[0], sample_rate, draws, inputs.device)
+        index = poisson_sample(labels.shape[0], mechanism.sample_rate, draws, inputs.device)
         batch = inputs[index]
-        if augment is not None and index.numel() > 0:
-            batch = augment(batch, generator)
+        if batches.augment is not None and index.numel() > 0:
+            batch = batches.augment(batch, generator)
         loss = mechanism.train_step(model, optimizer, batch, labels[index], draws)
         if loss is not None:
             loss_sum += loss

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from client.training import make_optimizer, train_locally
+from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.data import ImageData, load_dataset
 from dirichlet_fl.models import build_model
 from dirichlet_fl.task import evaluate
@@ -204,8 +204,8 @@ def train_job(config: ExperimentConfig, job: Job) -> TrainedModel:
     rate = learning_rate(config, job.arm, mechanism.parameters())
     wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, rate))
     generator = torch.Generator().manual_seed(int(np.random.SeedSequence([*identity, 1]).generate_state(1)[0]))
-    train_locally(wrapped, optimizer, mechanism, data.train_x[index], data.train_y[index], config.steps,
-                  config.sample_rate, generator)
+    train_locally(wrapped, optimizer, mechanism, PoissonBatches(data.train_x[index], data.train_y[index], generator),
+                  config.steps)
     _, accuracy = evaluate(model, data.test_x, data.test_y)
     pool, population = torch.as_tensor(split.pool), torch.as_tensor(split.population)
     if job.arm.name == CONTROL:

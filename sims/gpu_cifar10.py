@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from client.training import make_optimizer, train_locally
+from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.data import load_dataset, random_crop_flip
 from dirichlet_fl.models import build_model
 from dirichlet_fl.task import evaluate, resolve_device, synchronize
@@ -73,14 +73,13 @@ def train_mechanism(
     generator = torch.Generator(device=device).manual_seed(args.seed)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    train_locally(wrapped, optimizer, mechanism, train_x, train_y, args.warmup_steps, args.sample_rate, generator,
-                  random_crop_flip)
+    batches = PoissonBatches(train_x, train_y, generator, random_crop_flip)
+    train_locally(wrapped, optimizer, mechanism, batches, args.warmup_steps)
     seconds = []
     for _ in range(epochs):
         synchronize(device)
         start = time.perf_counter()
-        train_locally(wrapped, optimizer, mechanism, train_x, train_y, steps, args.sample_rate, generator,
-                      random_crop_flip)
+        train_locally(wrapped, optimizer, mechanism, batches, steps)
         synchronize(device)
         seconds.append(time.perf_counter() - start)
     return {

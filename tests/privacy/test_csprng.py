@@ -138,7 +138,7 @@ def test_dpsgd_with_a_seeded_generator_is_unchanged_and_reproducible() -> None:
 
 def test_train_locally_draws_its_privacy_randomness_from_the_csprng_not_the_seed() -> None:
     """Two runs from the same seeded generator and weights diverge under secure-rng; the ledger still composes."""
-    from client.training import train_locally
+    from client.training import PoissonBatches, train_locally
     from privacy.mechanisms import DirichletMechanism
 
     data = torch.Generator().manual_seed(0)
@@ -150,8 +150,8 @@ def test_train_locally_draws_its_privacy_randomness_from_the_csprng_not_the_seed
         model = nn.Linear(6, 3)
         model.load_state_dict(initial)
         mechanism = DirichletMechanism(0.5, 3.0, 0.1, 1e-5)
-        loss = train_locally(model, torch.optim.SGD(model.parameters(), lr=0.5), mechanism, inputs, labels, 5, 0.1,
-                             torch.Generator().manual_seed(1), privacy_rng=SecureRandom())
+        batches = PoissonBatches(inputs, labels, torch.Generator().manual_seed(1), privacy_rng=SecureRandom())
+        loss = train_locally(model, torch.optim.SGD(model.parameters(), lr=0.5), mechanism, batches, 5)
         assert mechanism.steps == 5 and math.isfinite(loss)
         weights.append(model.weight.detach().clone())
     assert not torch.equal(weights[0], weights[1])
