@@ -151,10 +151,15 @@ def _write_json(path: Path, payload: object) -> None:
     write_atomically(path, (json.dumps(payload, indent=2, allow_nan=False) + "\n").encode())
 
 
+def _refuse_constant(name: str) -> float:
+    raise json.JSONDecodeError(f"{name} is not a number a run file holds", name, 0)
+
+
 def read_json(path: Path) -> Any:
-    """A JSON file of a run folder; raises ValueError naming the file when it is corrupt."""
+    """A JSON file of a run folder; raises ValueError naming the file when it is corrupt (NaN and Infinity
+    included: _write_json never writes them, so one there was put there by hand)."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(), parse_constant=_refuse_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is corrupt ({error}); it is not a readable dirichlet-fl run file") from None
 

@@ -3,11 +3,17 @@ and every `dirichlet-fl` subcommand: exit code 2 and one line on stderr that nam
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 import pytest
+import torch
+from flwr.app import Context, RecordDict
 
 from cli.main import main
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.task import federated_split, initial_model
 
 RUN_CONFIG = [  # (--run-config text, the key the message must name)
     ("target-epsilon=-1", "target-epsilon"),
@@ -22,7 +28,7 @@ RUN_CONFIG = [  # (--run-config text, the key the message must name)
     ("fraction-evaluate=1.5", "fraction-evaluate"),
     ("num-server-rounds=0", "num-server-rounds"),
     ("num-server-rounds=2.5", "num-server-rounds"),
-    ("batch-size=700", "batch-size"),  # larger than every shard (359..671 examples)
+    ("batch-size=700", "batch-size"),  # larger than every shard (359..671 examples): nobody could train
     ("batch-size=0", "batch-size"),
     ("partitioner='nope'", "partitioner"),
     ("partitioner=iid", "partitioner"),  # an unquoted string: flwr rejects it without naming it
@@ -50,11 +56,21 @@ RUN_CONFIG = [  # (--run-config text, the key the message must name)
     ("calibration-rounds=-1", "calibration-rounds"),
     ("client-dp='adaptive'", "client-clipped-count-stddev"),  # z = 1 needs sigma_b > 0.5; 3 clients / 20
     ("client-dp='adaptive' client-clipped-count-stddev=0.3", "client-clipped-count-stddev"),
+    # issue 24 item 13, the config cases
+    ("seed=1 seed=2", "seed is given twice"),  # flwr would raise a traceback (one string) or keep one silently
+    ("model='nope'", "model='nope' is invalid: choose one of cnn"),
+    ("mechanism='dpsgd' allow-batch-norm=true", "set allow-batch-norm=false"),  # nobody could train
+    ("delta=0.999", "delta=0.999 is out of range: it must lie in (0, 0.1)"),
+    ("delta=0.05", "below 1/n"),  # under the cap, but no client of 359..671 examples gets a meaningful delta
+    ("local-steps=1e9", "local-steps=1000000000 is out of range: at most 1,000,000"),
+    ("local-epochs=1e6", "local-epochs=1e+06 gives client"),  # local-epochs / q steps a round, over the cap
+    ("seed=-1", "seed=-1 is out of range: it must be an integer in [0, 2**32)"),
+    ("seed=18446744073709551616", "seed=18446744073709551616 is out of range"),  # 2**64
 ]
 
 
 def check_argv(tmp_path: Path, text: str) -> list[str]:
-    return ["check", "--num-clients", "3", "--run-config", f"results-dir='{tmp_path}/results' seed=0", "--run-config", text]
+    return ["check", "--num-clients", "3", "--run-config", f"results-dir='{tmp_path}/results'", "--run-config", text]
 
 
 def folder_with(tmp_path: Path, **files: str) -> Path:
@@ -65,11 +81,23 @@ def folder_with(tmp_path: Path, **files: str) -> Path:
     return folder
 
 
+def finished_run(folder: Path, summary: str) -> Path:
+    """A run folder as the server writes it (3 clients, an untrained model), with `summary` as summary.json."""
+    config = RunConfig()
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"run_config": config.to_run_config(), "num_clients": 3}))
+    torch.save(initial_model(config, federated_split(config.split_spec(3)).data).state_dict(), folder / "model.pt")
+    (folder / "summary.json").write_text(summary)
+    return folder
+
+
 def other_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
     """Cases that need a file or folder made for them, and every other subcommand's bad values."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     corrupt = folder_with(tmp_path, config_json="{\n", summary_json="{}", model_pt="")
+    torch.save({"round": 1}, corrupt / "checkpoint.pt")  # resumable as far as the checkpoint goes
+    nan_summary = finished_run(tmp_path / "nan", '{"status": "completed", "final_accuracy": NaN}')
     base = ["check", "--num-clients", "3", "--run-config"]
     out = ["--out", str(tmp_path / "bench")]
     calibrate = ["calibrate", "--epsilon", "1", "--sample-rate", "0.01", "--steps", "100"]
@@ -77,6 +105,11 @@ def other_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
         (base + [f"results-dir='{blocker}/sub'"], "results-dir"),
         (base + [f"dataset='mnist-idx' data-root='{tmp_path}/none'"], "data-root"),
         (base + [f"resume-from='{tmp_path}/none'"], "resume-from"),
+        (base + [f"resume-from='{corrupt}'"], f"{corrupt}/config.json is corrupt"),
+        (base + ["seed=1", "--run-config", "seed=2"], "seed is given twice"),  # across two --run-config
+        (base + [f"partitioner='natural' site-file='{tmp_path}/sites.csv'"], "site-file="),  # not data-root
+        (["audit", str(nan_summary)], "summary.json is corrupt"),
+        (calibrate + ["--max-order", "1e8"], "--max-order=100000000 is out of range: at most 8192"),
         (["check", "--federation-config", "num-supernodes=0"], "num-supernodes"),
         (["check", "--run-config", "target-epsilon 2"], "target-epsilon"),
         (["calibrate", "--epsilon", "-1", "--sample-rate", "0.01", "--steps", "100"], "epsilon"),
@@ -148,6 +181,39 @@ def test_a_good_config_passes_the_check(tmp_path: Path, capsys: pytest.CaptureFi
     code, err = exit_code_and_stderr(check_argv(tmp_path, "target-epsilon=2 partitioner='iid'"), capsys)
     assert code == 0, err
     assert not any((tmp_path / "results").iterdir())  # writable, and still empty
+
+
+def test_many_small_clients_pass_the_check_and_those_below_batch_size_sit_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's many-clients example in small (it was refused: a shard <= batch-size stopped the pre-flight
+    while the server lets such clients sit out): the check now applies the server's rule."""
+    argv = ["check", "--num-clients", "100", "--run-config",
+            f"results-dir='{tmp_path}/results' fraction-train=0.1 local-steps=20 batch-size=6"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "hold <= batch-size examples and sit out" in out
+
+
+def test_the_server_app_refuses_a_bad_key_in_one_line_before_it_starts(tmp_path: Path) -> None:
+    """Plain `flwr run` skips the pre-flight: the ServerApp's own config read names the key, writes nothing."""
+    from server.server_app import BAD_INPUT, STATUS_LINE
+    from server.server_app import main as server_main
+
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    try:
+        run_config = {"num-server-rounds": 0, "results-dir": str(tmp_path / "results")}
+        context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
+        server_main(None, context)  # type: ignore[arg-type]  # refused before the grid is touched
+    finally:
+        logger.removeHandler(handler)
+    assert lines == [f"{STATUS_LINE} {BAD_INPUT} (num-server-rounds=0 is out of range: it must be an integer >= 1)"]
+    assert not (tmp_path / "results").exists()
 
 
 def pilot_cases(tmp_path: Path) -> list[tuple[list[str], str]]:

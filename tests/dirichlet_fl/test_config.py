@@ -42,6 +42,12 @@ def test_string_overrides_are_coerced() -> None:
         ("norm", "group-x", "group-K needs a whole K"),
         ("norm", "layer", "norm='layer' is unknown"),
         ("norm", "batch", "allow-batch-norm=true instead"),
+        ("seed", -1, r"seed=-1 is out of range: it must be an integer in \[0, 2\*\*32\)"),
+        ("seed", 2**32, "seed=4294967296 is out of range"),
+        ("delta", 0.5, r"delta=0.5 is out of range: it must lie in \(0, 0.1\)"),
+        ("local-steps", 10**7, "local-steps=10000000 is out of range: at most 1,000,000"),
+        ("model", "nope", "model='nope' is invalid"),
+        ("learning-rate", 0, "learning-rate=0.0 is out of range"),
     ],
 )
 def test_invalid_values_name_the_key_and_the_range(key: str, value: object, message: str) -> None:
@@ -67,3 +73,18 @@ def test_budget_rounds_and_local_steps() -> None:
     assert RunConfig(num_server_rounds=10, calibration_rounds=4).budget_rounds == 4
     assert RunConfig(local_epochs=2.0).local_steps_per_round(0.01) == 200
     assert RunConfig(local_steps=7).local_steps_per_round(0.01) == 7
+
+
+def test_grouped_keys_land_in_their_sub_config_and_round_trip() -> None:
+    overrides = {"data-root": "/d", "learning-rate": 0.2, "secagg-num-shares": 5, "client-dp": "central", "seed": 3}
+    config = RunConfig.from_run_config(overrides)
+    assert (config.data.root, config.lr.rate, config.secagg.num_shares, config.client_level.mode, config.seed) == (
+        "/d", 0.2, 5.0, "central", 3)
+    assert RunConfig.from_run_config(config.to_run_config()) == config
+    assert {key: config.to_run_config()[key] for key in overrides} == overrides
+
+
+def test_batch_norm_with_dpsgd_is_refused_before_any_client_tries() -> None:
+    with pytest.raises(ValueError, match="allow-batch-norm=true is invalid with mechanism='dpsgd'"):
+        RunConfig.from_run_config({"mechanism": "dpsgd", "allow-batch-norm": True})
+    assert RunConfig.from_run_config({"mechanism": "dirichlet", "allow-batch-norm": True}).allow_batch_norm
