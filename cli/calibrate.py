@@ -56,9 +56,9 @@ def floor_decimal(value: float, places: int = 6) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.max_order > MAX_ORDER_CAP:
-        print(f"{PROG}: error: --max-order={args.max_order} is out of range: at most {MAX_ORDER_CAP} (the cost grows as "
-              f"the square of the order; the default {DEFAULT_MAX_ORDER} covers every r above alpha/{DEFAULT_MAX_ORDER})",
-              file=sys.stderr)
+        print(f"{PROG}: error: --max-order={args.max_order} is out of range: at most {MAX_ORDER_CAP} (the cost "
+              f"grows as the square of the order; the default {DEFAULT_MAX_ORDER} covers every r above "
+              f"alpha/{DEFAULT_MAX_ORDER})", file=sys.stderr)
         return 2
     try:
         result = calibrate_r(args.epsilon, args.delta, args.sample_rate, args.steps, args.alpha, args.max_order)

@@ -10,8 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from dirichlet_fl.paths import APP_DIR
+
 PROG = "dirichlet-fl check"
-APP_DIR = Path(__file__).resolve().parent.parent
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="run-config overrides, exactly as for flwr run (repeatable)")
     parser.add_argument("--federation-config", action="append", default=[], metavar="'num-supernodes=N'",
                         help="federation settings as for flwr run; num-supernodes is the number of clients")
-    parser.add_argument("--num-clients", type=int, default=None, help="number of clients (default: num-supernodes, else 10)")
+    parser.add_argument("--num-clients", type=int, default=None,
+                        help="number of clients (default: num-supernodes, else 10)")
     parser.add_argument("--app", default=str(APP_DIR), help="the Flower app folder (default: this checkout)")
     parser.set_defaults(func=run)
 

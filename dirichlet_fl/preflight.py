@@ -65,7 +65,8 @@ def _check_pairs(lines: list[str]) -> None:
                 tomli.loads(f"{key} = {value}")
             except tomli.TOMLDecodeError:
                 raise ValueError(
-                    f"{key}={value} is invalid: a value is a number, true/false or a quoted string, e.g. {key}='{value}'"
+                    f"{key}={value} is invalid: a value is a number, true/false or a quoted string, "
+                    f"e.g. {key}='{value}'"
                 ) from None
             if key in seen:
                 raise ValueError(f"{key} is given twice in --run-config ({key}={seen[key]} and {key}={value}; flwr "
@@ -78,7 +79,8 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
     OSError with one line naming the key. Returns what was checked, one line each."""
     config = RunConfig.from_run_config(get_fused_config_from_dir(app_dir, parse_overrides(lines, app_dir)))
     if num_clients < 1:
-        raise ValueError(f"num-supernodes={num_clients} (NUM_CLIENTS) is out of range: a federation needs at least 1 client")
+        raise ValueError(f"num-supernodes={num_clients} (NUM_CLIENTS) is out of range: a federation needs at least "
+                         "1 client")
     config.target_epsilon_for(0, num_clients)  # client-epsilons: one entry per client
     client_level = config.client_level
     if client_level.mode == "adaptive":  # sigma_b from the first round's sample, as the strategy will
@@ -118,8 +120,9 @@ def _check_resume(config: RunConfig, num_clients: int) -> None:
     try:
         original, stored_clients = RunConfig.from_run_config(stored["run_config"]), int(stored["num_clients"])
     except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{directory / 'config.json'} is not a dirichlet-fl run config ({' '.join(str(error).split())}); "
-                         "resume-from needs the folder of a run this app wrote") from None
+        why = " ".join(str(error).split())
+        raise ValueError(f"{directory / 'config.json'} is not a dirichlet-fl run config ({why}); resume-from needs "
+                         "the folder of a run this app wrote") from None
     check_resumable(original, config)
     if stored_clients != num_clients:
         raise ValueError(f"resume-from={config.resume_from!r}: the run had {stored_clients} clients, not {num_clients}")
@@ -145,7 +148,8 @@ def _trainers(config: RunConfig, split: FederatedSplit) -> list[int]:
     if not trainers:
         largest = max(len(part) for part in split.train_parts)
         raise ValueError(f"batch-size={config.batch_size} is at least every client's number of training examples "
-                         f"(the largest shard has {largest}), so no client could train: lower batch-size below {largest}")
+                         f"(the largest shard has {largest}), so no client could train: lower batch-size below "
+                         f"{largest}")
     return trainers
 
 
@@ -179,4 +183,5 @@ def _check_writable(results_dir: Path) -> None:
         with tempfile.TemporaryFile(dir=results_dir):
             pass
     except OSError as error:
-        raise OSError(f"results-dir={str(results_dir)!r} is not writable ({error.strerror or error}); choose another folder") from None
+        raise OSError(f"results-dir={str(results_dir)!r} is not writable ({error.strerror or error}); choose another "
+                      "folder") from None

@@ -218,17 +218,20 @@ class SecureFedAvg(PrivateFedAvg):
             for name, old, delta in zip(arrays.keys(), current, mean_update)
         })
 
-    def _clear_round(self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message]) -> NDArrays | None:
+    def _clear_round(
+        self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message]
+    ) -> NDArrays | None:
         """Client-level DP without SecAgg+: the uniform mean of the clipped updates, noised by the server."""
         replies = exchange(grid, messages, self.reply_timeout)
         self.aggregate_train(server_round, replies)
-        updates = [reply.content.array_records["arrays"].to_numpy_ndarrays() for reply in replies if not reply.has_error()]
+        answered = [reply for reply in replies if not reply.has_error()]
+        updates = [reply.content.array_records["arrays"].to_numpy_ndarrays() for reply in answered]
         if not updates:
             return None
         mean = noised_mean_update(arrays.to_numpy_ndarrays(), updates, self.clipping_norm,
                                   self.update_noise_multiplier)
         if self.adaptive is not None:
-            bits = [reply.content.metric_records["metrics"][KEY_NORM_BIT] for reply in replies if not reply.has_error()]
+            bits = [reply.content.metric_records["metrics"][KEY_NORM_BIT] for reply in answered]
             self._adapt(noised_unclipped_count(bits, self.adaptive.count_stddev) / len(updates))
         return mean
 
@@ -247,7 +250,8 @@ class SecureFedAvg(PrivateFedAvg):
         recording = _RecordingGrid(grid)
         run_id = grid.run.run_id
         sampled = _SampledClients(
-            [(GridClientProxy(node, recording, run_id), FitIns(parameters, fit_config)) for node in nodes]  # type: ignore[arg-type]
+            [(GridClientProxy(node, recording, run_id), FitIns(parameters, fit_config))  # type: ignore[arg-type]
+             for node in nodes]
         )
         state = RecordDict({
             MAIN_CONFIGS_RECORD: ConfigRecord({WorkflowKey.CURRENT_ROUND: server_round}),

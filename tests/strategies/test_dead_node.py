@@ -56,8 +56,8 @@ def answer(message: Message) -> Message:
     if message.metadata.message_type == MessageType.QUERY:
         content = RecordDict({"node": ConfigRecord({"partition-id": partition, "num-partitions": len(NODES)})})
     elif message.metadata.message_type == MessageType.TRAIN:
-        metrics = {"num-examples": 10, "partition-id": partition, "train-loss": 1.0, "epsilon": 0.1, "target-epsilon": 1.0,
-                   "delta": 1e-5, "steps": 4, "sample-rate": 0.1, "can-continue": 1}
+        metrics = {"num-examples": 10, "partition-id": partition, "train-loss": 1.0, "epsilon": 0.1,
+                   "target-epsilon": 1.0, "delta": 1e-5, "steps": 4, "sample-rate": 0.1, "can-continue": 1}
         content = RecordDict({"arrays": ArrayRecord({"w": torch.full((3,), float(partition))}),
                               "metrics": MetricRecord(metrics)})
     else:

@@ -78,7 +78,8 @@ def test_aggregate_train_tells_refusals_from_failures_and_stops_sampling_spent_c
     assert sorted(record.trained) == [0, 1]
     assert record.refused == {2: "client 2: budget spent"}
     assert record.failed == {3: "client 3: training failed", 4: "client 4: unreachable eps"}
-    assert np.allclose(arrays.to_torch_state_dict()["w"].numpy(), (100 * 1.0 + 300 * 3.0) / 400)  # weighted by num-examples
+    weighted = (100 * 1.0 + 300 * 3.0) / 400  # weighted by num-examples
+    assert np.allclose(arrays.to_torch_state_dict()["w"].numpy(), weighted)
     assert metrics["max-epsilon"] == 0.1
     assert s.exhausted == {1, 2}  # the one that cannot continue and the refusal, not the failures
     assert s.excluded == {4: "client 4: unreachable eps"}  # a setup failure: out of sampling, reason kept
@@ -124,11 +125,14 @@ def test_with_keep_updates_the_round_record_holds_what_the_coordinator_saw() -> 
     s = PrivateFedAvg(RunConfig(fraction_evaluate=0.0, keep_updates=True))
     s.partition_of = {17: 0, 5: 1}
     sent = ArrayRecord({"w": torch.zeros(3)})
-    messages = {s.partition_of[m.metadata.dst_node_id]: m for m in s.configure_train(1, sent, ConfigRecord(), grid=None)}
-    s.aggregate_train(1, [reply(messages[0], 1.0, trainer_metrics(0, 10)), reply(messages[1], 2.0, trainer_metrics(1, 10))])
+    messages = {s.partition_of[m.metadata.dst_node_id]: m
+                for m in s.configure_train(1, sent, ConfigRecord(), grid=None)}
+    s.aggregate_train(1, [reply(messages[0], 1.0, trainer_metrics(0, 10)),
+                          reply(messages[1], 2.0, trainer_metrics(1, 10))])
     assert s.current.sent is sent
     assert {p: float(a.to_torch_state_dict()["w"][0]) for p, a in s.current.returned.items()} == {0: 1.0, 1: 2.0}
     plain = strategy(seed=0, fraction=1.0)
-    messages = {plain.partition_of[m.metadata.dst_node_id]: m for m in plain.configure_train(1, sent, ConfigRecord(), grid=None)}
+    messages = {plain.partition_of[m.metadata.dst_node_id]: m
+                for m in plain.configure_train(1, sent, ConfigRecord(), grid=None)}
     plain.aggregate_train(1, [reply(messages[0], 1.0, trainer_metrics(0, 10))])
     assert plain.current.sent is None and plain.current.returned == {}

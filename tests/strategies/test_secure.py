@@ -125,7 +125,8 @@ def test_a_refusal_under_secagg_keeps_its_code_and_the_round_goes_on() -> None:
     strategy, old, new = secure_round(grid)
     assert new is not None
     record = strategy.current
-    assert record is not None and record.refused == {1: "client 1: budget spent"} and sorted(record.trained) == [0, 2, 3]
+    assert record is not None and record.refused == {1: "client 1: budget spent"}
+    assert sorted(record.trained) == [0, 2, 3]
     assert_aggregate(new, old, [0, 2, 3], quantization_tolerance(strategy.config, [0, 2, 3]))
     assert 1 in strategy.exhausted
 
@@ -168,7 +169,8 @@ def test_the_client_level_ledger_survives_a_checkpoint() -> None:
     assert resumed.client_level.epsilon() == strategy.client_level.epsilon() > 0
 
 
-UPDATE_NORMS = {p: float(np.sqrt(sum(np.sum(u.astype(np.float64) ** 2) for u in updates_for(p).values()))) for p in range(4)}
+UPDATE_NORMS = {p: float(np.sqrt(sum(np.sum(u.astype(np.float64) ** 2) for u in updates_for(p).values())))
+                for p in range(4)}
 
 
 @pytest.mark.parametrize("secure_aggregation", ["secaggplus", "none"])
@@ -189,7 +191,8 @@ def test_adaptive_clipping_moves_c_from_the_clients_bits(secure_aggregation: str
     assert record is not None and record.client_level["clipping_norm"] == clipping_norm
     assert record.client_level["unclipped_fraction"] == pytest.approx(unclipped, abs=1e-4)
     assert strategy.adaptive is not None
-    assert strategy.adaptive.clipping_norm == pytest.approx(clipping_norm * math.exp(-0.2 * (unclipped - 0.5)), rel=1e-4)
+    moved = clipping_norm * math.exp(-0.2 * (unclipped - 0.5))
+    assert strategy.adaptive.clipping_norm == pytest.approx(moved, rel=1e-4)
     assert min(UPDATE_NORMS.values()) > 0.01 and max(UPDATE_NORMS.values()) < 100.0
 
 
