@@ -114,7 +114,7 @@ def test_a_run_asking_more_than_the_site_allows_is_refused(node: dict, run: dict
 @pytest.mark.parametrize(
     ("run", "match"),
     [
-        ({"delta": 0.5}, "the run asks delta=0.5 above this site's delta=1e-05 (node-config key delta)"),
+        ({"delta": 0.001}, "the run asks delta=0.001 above this site's delta=1e-05 (node-config key delta)"),
         ({"mechanism": "none"}, "mechanism='none'; this site trains with dirichlet,dpsgd only "
                                 "(node-config key allowed-mechanisms)"),
     ],
@@ -135,7 +135,7 @@ def test_a_site_that_sets_no_policy_still_refuses_a_weaker_guarantee(
 
 def test_in_simulation_the_node_config_is_flowers_and_sets_no_policy() -> None:
     policy = SitePolicy.from_node_config({"partition-id": 0, "num-partitions": 2})
-    assert policy.refusal(RunConfig(mechanism="none", delta=0.5), 1.0) is None
+    assert policy.refusal(RunConfig(mechanism="none", delta=0.001), 1.0) is None
 
 
 def test_a_supernode_without_a_secret_dir_is_refused_unless_it_opts_out(on_a_supernode: None) -> None:

@@ -1,6 +1,6 @@
 """A site's word on Flower's Deployment Engine, end to end (`dirichlet-fl pilot`: real SuperLink and
 SuperNode processes, TLS, node auth): a request outside the site's default policy (`mechanism='none'`,
-`delta=0.5`) is refused naming the key and writes nothing; an edited or deleted lifetime ledger is
+`delta=0.001`) is refused naming the key and writes nothing; an edited or deleted lifetime ledger is
 refused before anything starts; what the site created is private to it. One site, one round each.
 """
 
@@ -40,7 +40,7 @@ def test_a_site_refuses_a_weaker_guarantee_and_an_edited_or_deleted_ledger(
     for path in [site, *site.rglob("*")]:  # the node secret, the ledgers, the cached raw data
         assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
 
-    for run_config, key in ((f"{RUN} mechanism='none'", "allowed-mechanisms"), (f"{RUN} delta=0.5", "delta")):
+    for run_config, key in ((f"{RUN} mechanism='none'", "allowed-mechanisms"), (f"{RUN} delta=0.001", "delta")):
         code, refused, err = pilot(capsys, workdir, run_config)
         entry = refused["sites"][0]
         assert entry["status"] == "refused", (refused, err)
