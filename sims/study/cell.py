@@ -45,7 +45,7 @@ def run_cell(study: Study, cell: Cell) -> dict[str, object]:
     config = run_config(study, cell)
     clients = clients_of(study, cell.partition)
     row: dict[str, object] = {"beta": cell.partition, "epsilon": cell.epsilon, "mechanism": cell.mechanism,
-                              "seed": cell.seed, "delta": PAPER_DELTA, "learning_rate": config.learning_rate,
+                              "seed": cell.seed, "delta": PAPER_DELTA, "learning_rate": config.lr.rate,
                               "floor": client_floor(config, clients) if cell.mechanism == "dirichlet" else ""}
     result = run_fedavg(config, clients)
     final = result.rounds[-1] if result.rounds else None

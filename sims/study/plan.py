@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
 from dirichlet_fl.data import load_dataset
 from dirichlet_fl.task import FederatedSplit, federated_split
 from privacy.analysis import PAPER_DELTA
@@ -108,17 +108,20 @@ def run_config(study: Study, cell: Cell) -> RunConfig:
     partition = cell.partition
     partitioner = ("iid" if partition in ("iid", "central") else "natural" if partition == "natural"
                    else "pathological" if partition.startswith("classes=") else "dirichlet")
-    config = RunConfig(
-        num_server_rounds=study.rounds, seed=cell.seed, dataset=study.dataset, data_root=study.data_root,
-        partitioner=partitioner, beta=float(partition) if partitioner == "dirichlet" else 0.5,
+    data = DataConfig(
+        dataset=study.dataset, root=study.data_root, partitioner=partitioner,
+        beta=float(partition) if partitioner == "dirichlet" else 0.5,
         classes_per_client=int(partition.split("=")[1]) if partitioner == "pathological" else 2,
-        site_file=study.site_file if partitioner == "natural" else "", model=study.model,
+        site_file=study.site_file if partitioner == "natural" else "",
+        validation_fraction=VALIDATION_FRACTION if study.validation else 0.0,
+    )
+    config = RunConfig(
+        num_server_rounds=study.rounds, seed=cell.seed, model=study.model,
         mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
         delta=PAPER_DELTA, alpha=study.alpha, max_grad_norm=study.max_grad_norm, batch_size=study.batch_size,
-        local_epochs=study.local_epochs, optimizer="sgd", learning_rate=learning_rate(study, cell.mechanism),
-        device=study.device, fraction_evaluate=0.0, results_dir="", learning_rate_mode="effective",
-        validation_fraction=VALIDATION_FRACTION if study.validation else 0.0, norm=study.norm,
-        dirichlet_weighting=study.dirichlet_weighting,
+        local_epochs=study.local_epochs, device=study.device, fraction_evaluate=0.0, results_dir="",
+        norm=study.norm, dirichlet_weighting=study.dirichlet_weighting, data=data,
+        lr=LearningRateConfig(optimizer="sgd", rate=learning_rate(study, cell.mechanism), mode="effective"),
     )
     config.validate()
     return config
@@ -153,5 +156,5 @@ def _split(config: RunConfig, clients: int) -> FederatedSplit:
     try:
         return federated_split(config.split_spec(clients))
     except ValueError as error:
-        raise ValueError(f"--betas/--num-clients: partition {config.partitioner} cannot be drawn "
+        raise ValueError(f"--betas/--num-clients: partition {config.data.partitioner} cannot be drawn "
                          f"({' '.join(str(error).split())})") from None
