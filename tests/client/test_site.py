@@ -231,7 +231,8 @@ def test_a_site_does_not_send_its_test_confidence_as_an_adaptive_learning_rate(
     tmp_path: Path, on_a_supernode: None
 ) -> None:
     node = {"secret-dir": str(tmp_path)}
-    adaptive = train(context(node, {"learning-rate-mode": "adaptive"})).content["metrics"]
+    adaptive_paper = {"learning-rate-mode": "adaptive", "dirichlet-weighting": "paper"}
+    adaptive = train(context(node, adaptive_paper)).content["metrics"]
     effective = train(context(node, {"learning-rate-mode": "effective"})).content["metrics"]
     assert "learning-rate" not in adaptive and effective["learning-rate"] > 0
 
