@@ -51,7 +51,8 @@ def _claim(claimed_eps: float) -> str:
 
 
 def describe(attack: AttackResult) -> str:
-    """One line: view, attack, scope, sizes, AUC, TPR at low FPR, the bound against the claim (naming delta), verdict."""
+    """One line: view, attack, scope, sizes, AUC, TPR at low FPR, the bound against the claim (naming delta),
+    verdict."""
     report = attack.report
     extra = ""
     if "guesses" in attack.details:
@@ -77,6 +78,7 @@ def human_report(run_dir: Path, result: RunAudit) -> str:
                f"{'matched' if utility.matched else 'NOT matched: the model underfits'}"
                if utility.control_accuracy is not None else "no control run given (--control RUN_DIR)")
     overall = result.verdict()
+    shouted = overall.reason.replace("violation:", "VIOLATION:", 1) if overall.label == "violation" else overall.reason
     lines = [
         f"membership audit of {run_dir} (split-half attacks: threshold chosen on one random half of the "
         f"candidates, rates measured on the other, Clopper-Pearson {result.pooled.confidence:.0%}; one-run: "
@@ -89,7 +91,7 @@ def human_report(run_dir: Path, result: RunAudit) -> str:
     lines += [describe(attack) for attack in result.attacks]
     lines += [
         f"utility: final accuracy {utility.accuracy:.4f}; {control}",
-        f"verdict: {overall.reason.replace('violation:', 'VIOLATION:', 1) if overall.label == 'violation' else overall.reason}",
+        f"verdict: {shouted}",
         f"saved {AUDIT_JSON} and {AUDIT_PNG} in {run_dir}",
     ]
     return "\n".join(lines)

@@ -45,9 +45,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm, help="DP-SGD clip norm C")
     parser.add_argument("--mechanisms", default=",".join(defaults.mechanisms), help="comma-separated arms")
     parser.add_argument("--references", type=int, default=defaults.references,
-                        help=f"K reference models per arm for LiRA / RMIA (default {defaults.references}; 0: skip them)")
+                        help=f"K reference models per arm for LiRA / RMIA (default {defaults.references}; "
+                        "0: skip them)")
     parser.add_argument("--margin", type=float, default=defaults.margin,
-                        help=f"matched utility: accuracy at most this far below the control's (default {defaults.margin})")
+                        help="matched utility: accuracy at most this far below the control's "
+                        f"(default {defaults.margin})")
     parser.add_argument("--workers", type=int, default=min(defaults.workers, os.cpu_count() or 1))
     parser.add_argument("--quick", action="store_true", help="2 seeds x 1000 steps (minutes): a smoke run")
     parser.add_argument("--out", default=None, help="output folder (default results/audit-experiment-<time>)")

@@ -1,18 +1,18 @@
 """The membership-inference audit of a finished run (`dirichlet-fl audit RUN_DIR`, and the server at the
 end of a run with audit=true), per attack and per view, with a verdict at matched utility.
 
-Views and attacks (privacy.attacks; higher score = member):
+Views and attacks (privacy.audit; higher score = member):
 - final-model / loss: -loss of each candidate under the final global model, threshold chosen on one
   random half of the candidates and measured on the other (split-half Clopper-Pearson bound);
 - final-model / one-run loss: one-run auditing (Steinke, Nasr and Jagielski 2023) on the same scores:
   "in" for the k most member-like candidates, "out" for the k least, k a fixed fraction of them
-  (ONE_RUN_FRACTIONS, Bonferroni over the fractions);
+  (privacy.audit.one_run: Bonferroni over the fractions);
 - updates / canary-gradient (only `view="updates"`, on a run kept with keep-updates=true): the
   coordinator's view of every round. Each candidate's canary direction is its own cross-entropy
   gradient at the global weights of the round; its score is the largest cosine, over the rounds its
   client trained, between the client's update and minus that gradient (a client that trained on the
   example moved against its gradient). Per client, the Gaussian eps ESTIMATE of Andrew et al. (2024)
-  and a split-half bound (privacy.attacks.cosine_view_audit).
+  and a split-half bound (privacy.audit.update_view.cosine_view_audit).
 
 Members are each client's training examples, non-members the run's test split (never trained on),
 matched class by class and balanced, so that the attack cannot win by telling classes apart. Each
@@ -20,7 +20,7 @@ attack is reported pooled over clients and per client, next to each client's cla
 eps from summary.json; the pooled claim is the largest). Offline LiRA and RMIA need reference models
 trained like the target; a federated run has none, so they live in `dirichlet-fl audit-experiment`.
 
-Verdict (privacy.attacks.verdict): "violation" when any bound exceeds its claim; "no violation" only when
+Verdict (privacy.audit.verdict): "violation" when any bound exceeds its claim; "no violation" only when
 the final model's accuracy is within `margin` of a non-private CONTROL run of the same job
 (`control_dir`: the same config with mechanism=none), since a model that did not learn leaks nothing;
 "inconclusive" when it underfits or when no control was given (a run with mechanism none is its own).
@@ -36,7 +36,7 @@ import copy
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +46,13 @@ from torch import Tensor, nn
 
 from dirichlet_fl.files import write_atomically
 from dirichlet_fl.runs import FinishedRun, load_round_updates, load_run
-from privacy.attacks import (
-    Verdict,
-    cosine_view_audit,
-    one_run_eps_lower_bound,
-    one_run_guesses,
-    verdict,
-)
-from privacy.audit import AuditReport, audit, per_example_losses, plot_roc
+from privacy.audit.attacks import per_example_losses
+from privacy.audit.one_run import one_run_bound, one_run_counts
+from privacy.audit.plot import plot_roc
+from privacy.audit.report import AuditReport, audit
+from privacy.audit.statistics import CONFIDENCE
+from privacy.audit.update_view import cosine_view_audit
+from privacy.audit.verdict import Verdict, verdict
 from privacy.registry import covers
 
 DEFAULT_MAX_CANDIDATES = 4000
@@ -62,9 +61,6 @@ DEFAULT_UPDATE_CANDIDATES = 400
 """Members plus non-members per client in the update view (each needs one gradient per round)."""
 DEFAULT_MARGIN = 0.03
 """Matched utility: the audited model may be at most 3 accuracy points below the control."""
-CONFIDENCE = 0.95
-ONE_RUN_FRACTIONS = (0.02, 0.05, 0.1, 0.25)
-"""One-run guesses k = fraction x candidates "in" and as many "out", each fraction at beta / 4 (Bonferroni)."""
 VIEWS = ("final-model", "updates")
 MAX_PLOTTED_CLIENTS = 10
 AUDIT_JSON, AUDIT_PNG = "audit.json", "audit_roc.png"
@@ -222,16 +218,9 @@ class Scope:
 
 
 def one_run_result(scores: np.ndarray, is_member: np.ndarray, delta: float) -> tuple[float, dict[str, Any]]:
-    """The best Bonferroni-corrected one-run bound over ONE_RUN_FRACTIONS, and its guesses."""
-    beta = (1.0 - CONFIDENCE) / len(ONE_RUN_FRACTIONS)
-    best: tuple[float, dict[str, Any]] = (-1.0, {})
-    for fraction in ONE_RUN_FRACTIONS:
-        k = max(1, int(fraction * len(scores)))
-        guesses, correct = one_run_guesses(scores, is_member, k, k)
-        bound = one_run_eps_lower_bound(guesses, correct, len(scores), delta, beta)
-        if bound > best[0]:
-            best = (bound, {"guesses": guesses, "correct": correct, "canaries": len(scores)})
-    return best
+    """The one-run bound (privacy.audit.one_run.one_run_bound) and the guesses that gave it."""
+    bound, counts = one_run_bound(one_run_counts(scores, is_member), delta, CONFIDENCE)
+    return bound, asdict(counts)
 
 
 def _final_model_attacks(
@@ -258,7 +247,7 @@ def _final_model_attacks(
 
 
 def _verdict(bound: float, claimed_eps: float, utility: Utility) -> Verdict:
-    """privacy.attacks.verdict at matched utility; without a control, "no violation" cannot be shown."""
+    """privacy.audit.verdict.verdict at matched utility; without a control, "no violation" cannot be shown."""
     result = verdict(bound, claimed_eps, utility.accuracy, utility.control_accuracy, utility.margin)
     if result.label == "no violation" and utility.control_accuracy is None:
         return Verdict("inconclusive", f"inconclusive: {result.reason.split(': ', 1)[1]}, but no control run to "
@@ -299,14 +288,16 @@ def _update_view_attacks(
         rng = np.random.default_rng([*scope.seed, 7])
         labels = run.data.train_y.numpy()[scope.member_index]
         members, nonmembers = matched_candidates(labels, run.data.test_y.numpy(), max_candidates, rng)
-        inputs = torch.cat([run.data.train_x[torch.as_tensor(scope.member_index[members])], run.data.test_x[torch.as_tensor(nonmembers)]])
-        targets = torch.cat([run.data.train_y[torch.as_tensor(scope.member_index[members])], run.data.test_y[torch.as_tensor(nonmembers)]])
+        chosen, others = torch.as_tensor(scope.member_index[members]), torch.as_tensor(nonmembers)
+        inputs = torch.cat([run.data.train_x[chosen], run.data.test_x[others]])
+        targets = torch.cat([run.data.train_y[chosen], run.data.test_y[others]])
         candidates[scope.name] = (inputs, targets, np.arange(len(targets)) < len(members))
     best = {scope.name: np.full(len(candidates[scope.name][1]), -1.0) for scope in scopes}
     keys = list(model.state_dict())
+    shapes = {key: tensor.shape for key, tensor in model.state_dict().items()}
     for kept in rounds:
         offsets = np.cumsum([0] + [tensor.numel() for tensor in model.state_dict().values()])
-        state = {key: torch.as_tensor(kept.global_weights[offsets[i]:offsets[i + 1]]).reshape(model.state_dict()[key].shape)
+        state = {key: torch.as_tensor(kept.global_weights[offsets[i]:offsets[i + 1]]).reshape(shapes[key])
                  for i, key in enumerate(keys)}
         model.load_state_dict(state)
         gradients = _flat_parameter_gradients(model)
@@ -324,7 +315,8 @@ def _update_view_attacks(
     for scope in scopes:
         _, _, is_member = candidates[scope.name]
         view = cosine_view_audit(best[scope.name], is_member, claimed_eps=scope.claimed_eps, delta=scope.delta,
-                                 rng=np.random.default_rng([*scope.seed, 8]), covers=claim_covers, confidence=CONFIDENCE)
+                                 rng=np.random.default_rng([*scope.seed, 8]), covers=claim_covers,
+                                 confidence=CONFIDENCE)
         results.append(AttackResult(
             "canary-gradient", "updates", scope.name, view.report.eps_lower_bound, view.report,
             _verdict(view.report.eps_lower_bound, scope.claimed_eps, utility),
@@ -389,7 +381,8 @@ def audit_finished_run(
     if "final-model" in views:
         test_losses = per_example_losses(run.model, run.data.test_x, run.data.test_y)
         for scope in [pooled_scope, *scopes]:
-            reports[scope.name], found = _final_model_attacks(run, scope, test_losses, max_candidates, utility, claim_covers)
+            reports[scope.name], found = _final_model_attacks(
+                run, scope, test_losses, max_candidates, utility, claim_covers)
             attacks += found
     if "updates" in views:
         attacks += _update_view_attacks(run, scopes, update_candidates, utility, claim_covers)

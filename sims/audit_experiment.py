@@ -9,16 +9,16 @@ eps, `none`, and the CONTROL) one model is trained centrally with the shared loo
 client/training.train_locally and the mechanism from privacy.registry.build_mechanism. The control
 trains without privacy on as many NON-candidates: its true eps with respect to the candidates is 0, so
 its bounds show each attack's false-alarm level, and its accuracy is the utility every arm is matched
-against (privacy.attacks.verdict: "no violation" only within `margin` of it, else "inconclusive").
+against (privacy.audit.verdict: "no violation" only within `margin` of it, else "inconclusive").
 
-Attacks (privacy.attacks; higher score = member):
+Attacks (privacy.audit; higher score = member):
 - loss: -loss of the candidate under the target (the classic threshold attack);
 - lira / rmia: offline LiRA and RMIA against K reference models per arm, each trained like the
   target (same mechanism, eps and rate) on a random half of the pool (its own coins), never on the
   seed's members as such; RMIA compares with a population of candidates/2 examples no model trains on;
 - one-run <attack>: Steinke, Nasr and Jagielski (2023) on the same scores: guess "in" for the k
   highest and "out" for the k lowest of the coin-flipped candidates, k a fixed fraction of them
-  (ONE_RUN_FRACTIONS, Bonferroni over the fractions), bound at 95%.
+  (privacy.audit.one_run: Bonferroni over the fractions), bound at 95%.
 The split-half attacks (loss, lira, rmia) choose a threshold on one random half of the candidates and
 measure it on the other with Clopper-Pearson 95% bounds; pooled rows sum the held-out counts over
 seeds. Pooled one-run rows sum the guesses over the independent seeds (each seed's delta term counted).
@@ -51,28 +51,20 @@ from dirichlet_fl.data import ImageData, load_dataset
 from dirichlet_fl.models import build_model
 from dirichlet_fl.task import evaluate
 from privacy.analysis import private_learning_rate
-from privacy.attacks import (
-    audit_scores,
-    lira_offline_scores,
-    one_run_eps_lower_bound,
-    one_run_guesses,
-    rmia_offline_scores,
-    verdict,
-)
-from privacy.audit import AttackCounts, epsilon_from_counts, per_example_losses, plot_roc
+from privacy.audit.attacks import lira_offline_scores, per_example_losses, rmia_offline_scores
+from privacy.audit.one_run import one_run_bound, one_run_counts
+from privacy.audit.plot import plot_roc
+from privacy.audit.report import audit_scores
+from privacy.audit.statistics import CONFIDENCE, AttackCounts, epsilon_from_counts
+from privacy.audit.verdict import verdict
 from privacy.mechanisms import MechanismSpec
 from privacy.registry import build_mechanism, covers
 from sims.audit_config import CONTROL, Arm, ExperimentConfig
 
 CONTROL_COVERS = "the candidates never entered training: its eps with respect to them is exactly 0"
-CONFIDENCE = 0.95
 POOL_SEED = 0
 REFERENCE_SEED = 1_000_003
 """Seeds of the fixed candidate pool and of the reference models' halves and training (never a target seed)."""
-ONE_RUN_FRACTIONS = (0.02, 0.05, 0.1, 0.25)
-"""One-run auditing guesses k = fraction x candidates "in" and as many "out"; every fraction is tried at
-beta / len(ONE_RUN_FRACTIONS) (Bonferroni), so the best of them is a bound at 95%."""
-SPLIT_HALF_ATTACKS = ("loss", "lira", "rmia")
 COUNT_KEYS = ("true_positives", "members", "false_positives", "nonmembers")
 ONE_RUN_KEYS = ("guesses", "correct", "canaries")
 CSV_COLUMNS = [
@@ -296,24 +288,6 @@ def attack_scores(
     return scores
 
 
-def one_run_counts(scores: np.ndarray, coins: np.ndarray) -> list[tuple[int, int, int]]:
-    """(guesses, correct, canaries) for each fraction of ONE_RUN_FRACTIONS (k "in" and k "out" guesses)."""
-    counts = []
-    for fraction in ONE_RUN_FRACTIONS:
-        k = max(1, int(fraction * len(scores)))
-        guesses, correct = one_run_guesses(scores, coins, k, k)
-        counts.append((guesses, correct, len(scores)))
-    return counts
-
-
-def one_run_bound(counts: list[tuple[int, int, int]], delta: float) -> tuple[float, tuple[int, int, int]]:
-    """The best Bonferroni-corrected one-run bound over the fractions, and the counts that gave it."""
-    beta = (1.0 - CONFIDENCE) / len(counts)
-    bounds = [one_run_eps_lower_bound(r, v, m, delta, beta) for r, v, m in counts]
-    best = int(np.argmax(bounds))
-    return bounds[best], counts[best]
-
-
 def _verdict(config: ExperimentConfig, row: dict[str, object]) -> dict[str, object]:
     label, reason = verdict(
         float(row["eps_lower_bound"]), float(row["claimed_eps"]), float(row["test_accuracy"]),
@@ -344,9 +318,9 @@ def seed_rows(config: ExperimentConfig, models: dict[str, TrainedModel], arm: Ar
                **asdict(report.bound.counts)}
         rows.append({**row, **_verdict(config, row)})
         counts = one_run_counts(scores, coins)
-        bound, (r, v, m) = one_run_bound(counts, config.delta)
-        one_run = {**row, "attack": f"one-run {name}", "eps_lower_bound": bound, "guesses": r, "correct": v,
-                   "canaries": m, **{key: "" for key in COUNT_KEYS}}
+        bound, best = one_run_bound(counts, config.delta, CONFIDENCE)
+        one_run = {**row, "attack": f"one-run {name}", "eps_lower_bound": bound, **asdict(best),
+                   **{key: "" for key in COUNT_KEYS}}
         rows.append({**one_run, **_verdict(config, one_run), "one_run_counts": counts})
     return rows
 
@@ -364,9 +338,10 @@ def pooled_row(config: ExperimentConfig, rows: list[dict[str, object]]) -> dict[
         "seconds": round(sum(float(row["seconds"]) for row in rows), 1),
     }
     if str(first["attack"]).startswith("one-run"):
-        summed = [tuple(int(sum(c)) for c in zip(*per_fraction)) for per_fraction in zip(*(row["one_run_counts"] for row in rows))]
-        bound, (r, v, m) = one_run_bound(summed, config.delta)
-        pooled.update(eps_lower_bound=bound, guesses=r, correct=v, canaries=m, one_run_counts=summed)
+        per_rule = zip(*(row["one_run_counts"] for row in rows))
+        summed = [functools.reduce(lambda a, b: a + b, counts) for counts in per_rule]
+        bound, best = one_run_bound(summed, config.delta, CONFIDENCE)
+        pooled.update(eps_lower_bound=bound, **asdict(best), one_run_counts=summed)
     else:
         counts = functools.reduce(lambda a, b: a + b, (AttackCounts(*(int(row[key]) for key in COUNT_KEYS)) for row in rows))
         pooled.update(eps_lower_bound=epsilon_from_counts(counts, config.delta, CONFIDENCE), **asdict(counts))

@@ -42,7 +42,8 @@ def write_run(
     unless `state` plants other weights."""
     config = RunConfig(mechanism=mechanism, keep_updates=keep_updates, data=IID_DIGITS)
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"run_config": config.to_run_config(), "num_clients": len(epsilons)}))
+    saved = {"run_config": config.to_run_config(), "num_clients": len(epsilons)}
+    (folder / "config.json").write_text(json.dumps(saved))
     torch.manual_seed(0)
     model = build_run_model(config, federated_split(config.split_spec(len(epsilons))).data)
     torch.save(state if state is not None else model.state_dict(), folder / "model.pt")
@@ -73,7 +74,8 @@ def test_report_names_delta_and_coverage_and_writes_its_files(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "delta=1e-05" in out and covers("dirichlet") in out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("final-model")] == [
-        f"final-model / {name} / {scope}" for scope in ("pooled", "client 0", "client 1") for name in ("loss", "one-run loss")
+        f"final-model / {name} / {scope}" for scope in ("pooled", "client 0", "client 1")
+        for name in ("loss", "one-run loss")
     ]
     assert "claimed eps 0.95 " in out and "claimed eps 0.8 " in out
     assert "VIOLATION" not in out  # the model never saw the members
@@ -93,7 +95,8 @@ def test_json_is_one_object_and_an_infinite_claim_is_null(tmp_path, capsys):
     assert report["covers"] == covers("none")
     assert abs(report["auc"] - 0.5) < 0.15
     assert report["verdict"] == "no violation"  # no claim to violate; a none run is its own control
-    assert {(a["name"], a["view"]) for a in report["attacks"]} == {("loss", "final-model"), ("one-run loss", "final-model")}
+    names = {(a["name"], a["view"]) for a in report["attacks"]}
+    assert names == {("loss", "final-model"), ("one-run loss", "final-model")}
     assert all({"eps_lower_bound", "auc", "verdict", "tpr_at_fpr_01pct"} <= set(a) for a in report["attacks"])
 
 
@@ -103,7 +106,8 @@ def test_audit_run_returns_every_attack_and_is_seeded(tmp_path):
     again = audit_run(run_dir, max_candidates=300, seed=1)
     assert first.pooled.claimed_eps == 3.0 and first.pooled.covers == covers("dpsgd")
     assert [(a.name, a.view, a.scope) for a in first.attacks] == [
-        (name, "final-model", scope) for scope in ("pooled", "client 0", "client 1") for name in ("loss", "one-run loss")
+        (name, "final-model", scope) for scope in ("pooled", "client 0", "client 1")
+        for name in ("loss", "one-run loss")
     ]
     assert [a.eps_lower_bound for a in first.attacks] == [a.eps_lower_bound for a in again.attacks]
     # no control run: a clean audit cannot be called "no violation"
@@ -204,11 +208,13 @@ def test_the_update_view_convicts_the_client_whose_updates_carry_its_examples_gr
     for server_round, start in enumerate(range(0, len(part), 2), start=1):
         model.zero_grad()
         batch = part[start : start + 2]
-        torch.nn.functional.cross_entropy(model(split.data.train_x[batch]), split.data.train_y[batch], reduction="sum").backward()
+        logits = model(split.data.train_x[batch])
+        torch.nn.functional.cross_entropy(logits, split.data.train_y[batch], reduction="sum").backward()
         stepped = {name: sent[name] - 0.01 * parameter.grad for name, parameter in model.named_parameters()}
         returned = {0: ArrayRecord(stepped)}
         if server_round == 1:
-            returned[1] = ArrayRecord({name: value + 0.01 * torch.randn(value.shape, generator=noise) for name, value in sent.items()})
+            returned[1] = ArrayRecord({name: value + 0.01 * torch.randn(value.shape, generator=noise)
+                                       for name, value in sent.items()})
         save_round_updates(run_dir, server_round, ArrayRecord(sent), returned)
     assert run_command([str(run_dir), "--json", "--view", "updates"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -13,7 +13,7 @@ import pytest
 from cli import audit_experiment
 from dirichlet_fl.norms import NORMS
 from privacy.analysis import attenuation
-from privacy.audit import AttackCounts, epsilon_from_counts
+from privacy.audit.statistics import AttackCounts, epsilon_from_counts
 from sims.audit_config import CONTROL, NORM_CHOICES, Arm, ExperimentConfig, parse_rates
 from sims.audit_experiment import Job, candidate_split, reference_mask, train_job
 

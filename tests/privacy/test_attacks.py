@@ -12,21 +12,26 @@ from scipy.optimize import brentq
 from scipy.special import expit
 from scipy.stats import binom, norm
 
-from privacy.attacks import (
-    audit_scores,
+from privacy.audit.attacks import lira_offline_scores, logit_confidence, rmia_offline_scores
+from privacy.audit.one_run import (
+    ONE_RUN_FRACTIONS,
+    OneRunCounts,
+    one_run_bound,
+    one_run_counts,
+    one_run_eps_lower_bound,
+    one_run_guesses,
+    one_run_p_value,
+)
+from privacy.audit.report import audit_scores
+from privacy.audit.statistics import CONFIDENCE
+from privacy.audit.update_view import (
     canary_cosines,
     gaussian_delta,
     gaussian_epsilon,
     gaussian_epsilon_estimate,
-    lira_offline_scores,
-    logit_confidence,
-    one_run_eps_lower_bound,
-    one_run_guesses,
-    one_run_p_value,
-    rmia_offline_scores,
     update_view_audit,
-    verdict,
 )
+from privacy.audit.verdict import verdict
 
 DELTA = 1e-5
 CLAIM = 0.5
@@ -410,3 +415,19 @@ def test_an_underfit_model_that_leaks_nothing_is_inconclusive():
     report = _audit(lira_offline_scores(world["target"], world["references"], world["in_mask"]), world["member"])
     assert not report.violation
     assert verdict(report.eps_lower_bound, CLAIM, accuracy=0.62, control_accuracy=0.94).label == "inconclusive"
+
+
+def test_one_run_bound_is_the_best_fraction_at_beta_over_their_number_and_pooled_counts_add():
+    rng = np.random.default_rng(5)
+    coins = rng.random(400) < 0.5
+    scores = np.where(coins, 1.0, 0.0) + rng.normal(0.0, 0.8, 400)
+    counts = one_run_counts(scores, coins)
+    assert [c.guesses for c in counts] == [2 * max(1, int(f * 400)) for f in ONE_RUN_FRACTIONS]
+    beta = (1.0 - CONFIDENCE) / len(ONE_RUN_FRACTIONS)
+    each = [one_run_eps_lower_bound(c.guesses, c.correct, c.canaries, DELTA, beta) for c in counts]
+    bound, best = one_run_bound(counts, DELTA)
+    assert bound == max(each) > 0.0 and best == counts[each.index(max(each))]
+    again = one_run_counts(-scores, coins)  # a second, independent run whose guesses are all wrong
+    pooled = [a + b for a, b in zip(counts, again)]
+    assert pooled[0] == OneRunCounts(2 * counts[0].guesses, counts[0].correct + again[0].correct, 800)
+    assert one_run_bound(pooled, DELTA)[0] < bound

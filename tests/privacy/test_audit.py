@@ -12,17 +12,17 @@ from sklearn.datasets import load_digits
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
-from privacy.audit import (
+from privacy.audit.attacks import per_example_losses
+from privacy.audit.plot import plot_roc
+from privacy.audit.report import audit
+from privacy.audit.statistics import (
     AttackCounts,
     Threshold,
     auc,
-    audit,
     choose_threshold,
     clopper_pearson,
     empirical_epsilon_lower_bound,
     epsilon_from_counts,
-    per_example_losses,
-    plot_roc,
     roc_curve,
 )
 
@@ -145,10 +145,12 @@ def test_roc_curve_area_is_the_auc_and_tpr_at_fpr_reads_the_curve():
 
 def test_audit_report_flags_a_violation_and_serialises(tmp_path):
     rng = np.random.default_rng(4)
-    report = audit(rng.normal(3, 1, 600), rng.normal(0, 1, 600), claimed_eps=1.0, delta=DELTA, covers="weights", rng=rng)
+    report = audit(rng.normal(3, 1, 600), rng.normal(0, 1, 600), claimed_eps=1.0, delta=DELTA, covers="weights",
+                   rng=rng)
     assert report.violation and report.eps_lower_bound > 1.0
     assert report.to_dict()["violation"] is True and report.to_dict()["claimed_eps"] == 1.0
-    no_claim = audit(rng.normal(3, 1, 600), rng.normal(0, 1, 600), claimed_eps=math.inf, delta=DELTA, covers="nothing", rng=rng)
+    no_claim = audit(rng.normal(3, 1, 600), rng.normal(0, 1, 600), claimed_eps=math.inf, delta=DELTA,
+                     covers="nothing", rng=rng)
     assert not no_claim.violation and no_claim.to_dict()["claimed_eps"] is None
     plot_roc({"claimed": report, "none": no_claim.roc}, tmp_path / "roc.png", "test")
     assert (tmp_path / "roc.png").read_bytes()[:4] == b"\x89PNG"
