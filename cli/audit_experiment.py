@@ -8,7 +8,14 @@ import sys
 import time
 from pathlib import Path
 
-from sims.audit_config import NORM_CHOICES, ExperimentConfig, parse_rates
+from sims.audit_config import (
+    DEFAULT_CLIP_GRID,
+    NORM_CHOICES,
+    ExperimentConfig,
+    parse_rate_grids,
+    parse_rates,
+    parse_values,
+)
 
 PROG = "dirichlet-fl audit-experiment"
 
@@ -36,13 +43,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--extra-train", type=int, default=defaults.extra_train, help="non-candidate training examples")
     parser.add_argument("--model", default=defaults.model, help=f"network (default {defaults.model})")
     parser.add_argument("--norm", choices=NORM_CHOICES, default=None, help="normalisation (default: the model's own)")
+    parser.add_argument("--validation", type=int, default=defaults.validation,
+                        help="non-candidate examples the rates are chosen on (default %(default)s)")
     parser.add_argument(
-        "--rate", default=",".join(f"{name}={rate:g}" for name, rate in defaults.rates),
-        help="SGD rates per arm or mechanism, e.g. dirichlet=0.7,none=0.025,dpsgd=0.5 or dirichlet-eps4=0.3 "
-        "(default %(default)s; dirichlet without a rate: none's rate / kappa at its r, Section 3.6)",
+        "--rate", default="",
+        help="fix SGD rates per arm or mechanism instead of choosing them, e.g. dirichlet=0.7,none=0.025 or "
+        "dirichlet-eps4=0.3 (the optimizer's own rate; default: every arm chooses from --rate-grid)",
     )
+    grids = ",".join(f"{name}={'/'.join(f'{rate:g}' for rate in grid)}" for name, grid in defaults.rate_grids)
+    parser.add_argument("--rate-grid", default="",
+                        help="effective rates an arm tries, per mechanism, e.g. dirichlet=0.05/0.1 (Dirichlet "
+                        f"divides each by kappa(0.9)); default {grids}")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default=defaults.optimizer)
-    parser.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm, help="DP-SGD clip norm C")
+    parser.add_argument("--max-grad-norm", type=float, default=None,
+                        help="DP-SGD clip norm C (default: chosen from --clip-grid with the rate; 1 with --rate)")
+    parser.add_argument("--clip-grid", default="/".join(f"{clip:g}" for clip in DEFAULT_CLIP_GRID),
+                        help="DP-SGD clip norms tried with each rate (default %(default)s)")
     parser.add_argument("--mechanisms", default=",".join(defaults.mechanisms), help="comma-separated arms")
     parser.add_argument("--references", type=int, default=defaults.references,
                         help=f"K reference models per arm for LiRA / RMIA (default {defaults.references}; "
@@ -77,9 +93,12 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         extra_train=args.extra_train,
         model=args.model,
         norm=args.norm,
+        validation=args.validation,
         rates=parse_rates(args.rate),
+        rate_grids=parse_rate_grids(args.rate_grid),
         optimizer=args.optimizer,
         max_grad_norm=args.max_grad_norm,
+        clip_grid=parse_values("--clip-grid", args.clip_grid),
         mechanisms=tuple(name.strip() for name in args.mechanisms.split(",") if name.strip()),
         references=args.references,
         margin=args.margin,
@@ -89,14 +108,9 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
 
 def run(args: argparse.Namespace) -> int:
     from dirichlet_fl.models import MODELS
-    from sims.audit_experiment import (
-        audit_rows,
-        load_experiment_data,
-        markdown,
-        reference_sweep,
-        run_jobs,
-        write_outputs,
-    )
+    from sims.audit_experiment import RESULTS_JSON, run_experiment, write_outputs
+    from sims.audit_tables import results_markdown
+    from sims.audit_training import load_experiment_data
 
     out = Path(args.out or f"results/audit-experiment-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
@@ -108,12 +122,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
-    started = time.monotonic()
-    models = run_jobs(config, log=lambda line: print(line, flush=True))
-    seconds = time.monotonic() - started
-    rows = audit_rows(config, models)
-    sweep = reference_sweep(config, models)
-    write_outputs(out, config, models, rows, sweep, seconds)
-    print(markdown(config, rows, sweep, seconds))
-    print(f"wrote config.json, results.csv, results.md, reference_sweep.csv, losses.npz and audit_roc.png in {out}")
+    experiment = run_experiment(config, log=lambda line: print(line, flush=True))
+    write_outputs(out, experiment)
+    print(results_markdown(experiment.to_dict()))
+    print(f"wrote {RESULTS_JSON}, results.csv, tuning.csv, results.md, reference_sweep.csv, losses.npz and "
+          f"audit_roc.png in {out}")
     return 0

@@ -15,10 +15,18 @@ CONTROL = "control"
 false-alarm level, and the accuracy every other arm is matched against."""
 NORM_CHOICES = ("none", "group", "batch")
 """dirichlet_fl.norms.NORMS, repeated here so that this module stays free of torch (a test checks they agree)."""
-DEFAULT_RATES = (("none", 0.025), ("dpsgd", 0.5))
-"""SGD rates: the non-private one (also the control's), and DP-SGD's on its noisy sum / expected batch size.
-Dirichlet's default is derived from the non-private rate (Section 3.6's kappa rule, see
-sims.audit_experiment.learning_rate)."""
+DEFAULT_RATE_GRIDS = (
+    ("none", (0.0125, 0.025, 0.05)),
+    ("dirichlet", (0.025, 0.05, 0.1, 0.2)),
+    ("dpsgd", (0.5, 1.0, 2.0)),
+)
+"""Effective SGD rates each arm without a --rate tries, per mechanism: the rate of a plain step
+(Mechanism.step_rate turns it into Dirichlet's rate / kappa(s_y = 0.9); DP-SGD's and none's are as given,
+DP-SGD's on its noisy sum / expected batch size)."""
+DEFAULT_CLIP_GRID = (0.5, 2.0)
+"""DP-SGD clip norms C tried with each of its rates when --max-grad-norm is not given."""
+DEFAULT_MAX_GRAD_NORM = 1.0
+"""DP-SGD's clip norm when its rate is given (--rate) and --max-grad-norm is not."""
 MIN_REFERENCES = 2
 
 
@@ -33,7 +41,7 @@ class Arm:
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """Everything that determines the experiment's result (saved as config.json next to it)."""
+    """Everything that determines the experiment's result (saved with it)."""
 
     dataset: str = "mnist-idx"
     data_root: str | None = None
@@ -45,14 +53,20 @@ class ExperimentConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     candidates: int = 1000
     extra_train: int = 0
+    validation: int = 1000
+    """Non-candidate examples the rates are chosen on (never trained on, never a candidate)."""
     model: str = "lenet"
     """A network that fits under the Dirichlet loss with SGD (dirichlet_fl.models.LeNet5x5), so that the
     arms can match the control's utility."""
     norm: str | None = None
-    rates: tuple[tuple[str, float], ...] = DEFAULT_RATES
-    """(arm or mechanism name, SGD rate) pairs; an arm's own name (e.g. dirichlet-eps1) wins over its mechanism's."""
+    rates: tuple[tuple[str, float], ...] = ()
+    """(arm or mechanism name, SGD rate) pairs that fix an arm's rate (an arm's own name, e.g. dirichlet-eps1,
+    wins over its mechanism's); every other arm picks its rate from `rate_grids` on the validation split."""
+    rate_grids: tuple[tuple[str, tuple[float, ...]], ...] = DEFAULT_RATE_GRIDS
     optimizer: str = "sgd"
-    max_grad_norm: float = 1.0
+    max_grad_norm: float | None = None
+    """DP-SGD's clip norm; None: chosen from `clip_grid` with the rate (DEFAULT_MAX_GRAD_NORM for a given rate)."""
+    clip_grid: tuple[float, ...] = DEFAULT_CLIP_GRID
     mechanisms: tuple[str, ...] = tuple(MECHANISMS)
     references: int = 8
     """K reference models per arm for offline LiRA / RMIA (0: skip those attacks)."""
@@ -76,6 +90,21 @@ class ExperimentConfig:
         mechanism = "none" if arm.name == CONTROL else arm.mechanism
         return given.get(arm.name, given.get(mechanism))
 
+    def rate_grid(self, mechanism: str) -> tuple[float, ...]:
+        """The effective rates an arm of `mechanism` tries."""
+        return dict(self.rate_grids)[mechanism]
+
+    def clips(self, mechanism: str) -> tuple[float, ...]:
+        """The clip norms tried with each rate: DP-SGD's grid (or its --max-grad-norm); one unused value else."""
+        if mechanism != "dpsgd":
+            return (DEFAULT_MAX_GRAD_NORM,)
+        return self.clip_grid if self.max_grad_norm is None else (self.max_grad_norm,)
+
+    @property
+    def tuning_seed(self) -> int:
+        """The seed whose split the rates are chosen on; the choice is reused for every seed."""
+        return self.seeds[0]
+
     def validate_flags(self) -> None:
         """Raise ValueError naming the flag when a value is out of range (before any data is loaded)."""
         if not self.epsilons:
@@ -87,7 +116,9 @@ class ExperimentConfig:
         check_in_open_interval("--sample-rate", self.sample_rate, 0.0, 1.0)
         check_integer("--steps", self.steps, 1)
         check_integer("--workers", self.workers, 1)
-        check_positive("--max-grad-norm", self.max_grad_norm)
+        check_integer("--validation", self.validation, 1)
+        if self.max_grad_norm is not None:
+            check_positive("--max-grad-norm", self.max_grad_norm)
         if not self.seeds:
             raise ValueError("--seeds=0 is out of range: it must be >= 1")
         if self.candidates < 8:
@@ -106,18 +137,34 @@ class ExperimentConfig:
             if name not in names:
                 raise ValueError(f"--rate has unknown arm {name!r}; valid: {', '.join(sorted(names))}")
             check_positive(f"--rate {name}", rate)
+        self._validate_grids()
+
+    def _validate_grids(self) -> None:
+        grids = dict(self.rate_grids)
+        for mechanism in MECHANISMS:
+            if not grids.get(mechanism):
+                raise ValueError(f"--rate-grid has no rates for {mechanism}: give e.g. {mechanism}=0.025/0.05/0.1")
+        for name, grid in self.rate_grids:
+            if name not in MECHANISMS:
+                raise ValueError(f"--rate-grid has unknown mechanism {name!r}; valid: {', '.join(MECHANISMS)}")
+            for rate in grid:
+                check_positive(f"--rate-grid {name}", rate)
+        if not self.clip_grid:
+            raise ValueError("--clip-grid is empty: give one or more clip norms, e.g. 0.5/2")
+        for clip in self.clip_grid:
+            check_positive("--clip-grid", clip)
 
     def validate(self, num_train: int) -> None:
         """validate_flags, then raise ValueError naming the flag when the split is impossible."""
         self.validate_flags()
-        needed = 2 * self.candidates + 2 * self.extra_train + self.candidates // 2
+        needed = 2 * self.candidates + self.extra_train + self.candidates // 2 + self.validation
         if needed > num_train:
             raise ValueError(
-                f"--candidates={self.candidates} and --extra-train={self.extra_train} need {needed} training "
-                f"examples (candidates, a control set as large as members + extra, extra, a population of "
-                f"candidates/2 for RMIA), but {self.dataset} has {num_train}"
+                f"--candidates={self.candidates}, --extra-train={self.extra_train} and --validation="
+                f"{self.validation} need {needed} training examples (candidates, a control set as large as "
+                f"members + extra, a population of candidates/2 for RMIA, the validation split), but "
+                f"{self.dataset} has {num_train}"
             )
-
 
 
 def parse_rates(text: str) -> tuple[tuple[str, float], ...]:
@@ -130,3 +177,22 @@ def parse_rates(text: str) -> tuple[tuple[str, float], ...]:
         except ValueError:
             raise ValueError(f"--rate item {item!r} is invalid: write ARM=RATE, e.g. dirichlet=0.7") from None
     return tuple(pairs)
+
+
+def parse_values(flag: str, text: str) -> tuple[float, ...]:
+    """'0.5/1/2' -> (0.5, 1.0, 2.0); ValueError naming `flag` and the bad item."""
+    try:
+        return tuple(float(item) for item in text.split("/") if item.strip())
+    except ValueError:
+        raise ValueError(f"{flag} {text!r} is invalid: write numbers separated by '/', e.g. 0.5/1/2") from None
+
+
+def parse_rate_grids(text: str) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """'none=0.025/0.05,dpsgd=1/2' over DEFAULT_RATE_GRIDS: the mechanisms named get the grids given."""
+    grids = dict(DEFAULT_RATE_GRIDS)
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        name, separator, values = item.partition("=")
+        if not separator:
+            raise ValueError(f"--rate-grid item {item!r} is invalid: write MECHANISM=R1/R2/..., e.g. none=0.025/0.05")
+        grids[name.strip()] = parse_values(f"--rate-grid {name.strip()}", values)
+    return tuple(grids.items())

@@ -1,4 +1,5 @@
-"""The audit experiment on scikit-learn's digits, tiny: the split, the rates, the attacks and the tables."""
+"""The audit experiment on scikit-learn's digits, tiny: the split, the rate choice, matched-utility pooling,
+the attacks and the tables."""
 
 from __future__ import annotations
 
@@ -13,15 +14,20 @@ import pytest
 from cli import audit_experiment
 from dirichlet_fl.norms import NORMS
 from privacy.analysis import attenuation
+from privacy.audit.one_run import OneRunCounts
 from privacy.audit.statistics import AttackCounts, epsilon_from_counts
-from sims.audit_config import CONTROL, NORM_CHOICES, Arm, ExperimentConfig, parse_rates
-from sims.audit_experiment import Job, candidate_split, reference_mask, train_job
+from sims.audit_config import CONTROL, NORM_CHOICES, Arm, ExperimentConfig, parse_rate_grids, parse_rates
+from sims.audit_experiment import pooled_row
+from sims.audit_training import Job, Setting, candidate_split, reference_mask, train_job, training_index
+from sims.audit_tuning import choose, tuning_jobs
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 TINY = ["--dataset", "digits", "--candidates", "40", "--steps", "30", "--sample-rate", "0.1", "--seeds", "2",
-        "--epsilon", "0.5,2", "--workers", "1", "--rate", "none=0.1,dpsgd=0.1", "--references", "2",
-        "--mechanisms", "dirichlet,none", "--model", "cnn"]
+        "--epsilon", "0.5,2", "--workers", "1", "--rate", "dpsgd=0.1", "--references", "2",
+        "--mechanisms", "dirichlet,none", "--model", "cnn", "--validation", "200",
+        "--rate-grid", "none=0.05/0.2,dirichlet=0.05/0.2"]
+COUNT_KEYS = ("true_positives", "members", "false_positives", "nonmembers")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -31,7 +37,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_the_pool_is_fixed_and_each_seed_flips_a_fair_coin_per_candidate():
-    config = ExperimentConfig(candidates=100, extra_train=30)
+    config = ExperimentConfig(candidates=100, extra_train=30, validation=200)
     split = candidate_split(1000, config, seed=3)
     assert np.array_equal(split.pool, candidate_split(1000, config, seed=4).pool)
     assert not np.array_equal(split.coins, candidate_split(1000, config, seed=4).coins)
@@ -43,19 +49,72 @@ def test_the_pool_is_fixed_and_each_seed_flips_a_fair_coin_per_candidate():
     assert not np.array_equal(reference_mask(config, 0), reference_mask(config, 1))
 
 
-def test_rates_are_given_per_arm_or_mechanism_and_dirichlet_defaults_to_the_kappa_rule():
+def test_the_rates_are_chosen_on_examples_that_are_never_candidates_nor_trained_on():
+    """The audit's validity: whatever a tuning model sees (its training set, its validation split) is
+    disjoint from the candidates, and no model of any kind trains on the validation split."""
+    config = ExperimentConfig(candidates=200, extra_train=50, validation=300, references=4, epsilons=(1.0,))
+    arm = Arm("dirichlet-eps1", "dirichlet", 1.0)
+    setting = Setting(0.1, 1.0, effective=True)
+    config.validate(850)  # just enough: 2 x 200 + 50 + 100 (population) + 300
+    for seed in range(5):
+        split = candidate_split(850, config, seed)
+        assert len(split.validation) == 300 and not np.intersect1d(split.validation, split.pool).size
+        jobs = [Job(arm, seed, setting, tuning=True), Job(arm, seed, setting), Job(Arm(CONTROL, "none", math.inf),
+                seed, setting), *(Job(arm, seed, setting, reference=k) for k in range(4))]
+        for job in jobs:
+            assert not np.intersect1d(training_index(config, split, job), split.validation).size
+        assert not np.intersect1d(training_index(config, split, jobs[0]), split.pool).size
+        assert not np.intersect1d(split.validation, split.population).size
+    with pytest.raises(ValueError, match="--validation=300"):
+        config.validate(849)
+
+
+def test_an_arm_picks_the_most_accurate_grid_point_and_a_given_rate_skips_the_grid():
     config = ExperimentConfig(dataset="digits", candidates=40, steps=30, sample_rate=0.1, epsilons=(0.5,),
-                              rates=parse_rates("none=0.1"), model="cnn")
-    result = train_job(config, Job(Arm("dirichlet-eps0.5", "dirichlet", 0.5), 0))
-    assert result.learning_rate == pytest.approx(0.1 / attenuation(0.9, float(result.noise["r"]), 3.0))
-    assert 0 < result.claimed_eps <= 0.5 and result.pool_losses.shape == (40,)
+                              model="cnn", validation=200, mechanisms=("dirichlet", "dpsgd"), rates=parse_rates("dpsgd=0.3"),
+                              rate_grids=parse_rate_grids("none=0.05/0.2,dirichlet=0.05/0.4"))
+    planned = tuning_jobs(config)
+    assert [(job.arm.name, job.setting.rate) for job in planned] == [
+        ("dirichlet-eps0.5", 0.05), ("dirichlet-eps0.5", 0.4), ("none", 0.05), ("none", 0.2)]
+    models = {job.key: train_job(config, job) for job in planned}
+    tuned = models[planned[1].key]
+    assert tuned.learning_rate == pytest.approx(0.4 / attenuation(0.9, tuned.noise["r"], 3.0))
+    assert tuned.test_accuracy is None and tuned.validation_accuracy is not None and tuned.pool_losses.size == 0
+    choices = choose(config, models)
+    best = max(planned[:2], key=lambda job: models[job.key].validation_accuracy)
+    assert choices["dirichlet-eps0.5"].setting == best.setting and choices["dirichlet-eps0.5"].source.startswith("tuned")
+    assert choices[CONTROL].setting == max(planned[2:], key=lambda job: models[job.key].validation_accuracy).setting
+    assert choices["dpsgd-eps0.5"].setting == Setting(0.3, 1.0, effective=False)
+    assert choices["dpsgd-eps0.5"].source == "given"
     explicit = ExperimentConfig(rates=parse_rates("none=0.1,dirichlet=0.7,dirichlet-eps4=0.3"), epsilons=(1.0, 4.0))
     arms = {arm.name: arm for arm in explicit.arms()}
-    assert [explicit.explicit_rate(arms[name]) for name in ("dirichlet-eps1", "dirichlet-eps4", CONTROL)] == [0.7, 0.3, 0.1]
+    assert [explicit.explicit_rate(arms[n]) for n in ("dirichlet-eps1", "dirichlet-eps4", CONTROL)] == [0.7, 0.3, 0.1]
     assert NORM_CHOICES == NORMS
 
 
-def test_tiny_experiment_writes_every_attack_with_verdicts_at_matched_utility(tmp_path, capsys):
+def _seed_row(seed: int, accuracy: float, tp: int) -> dict:
+    return {"arm": "dirichlet-eps1", "seed": seed, "attack": "loss", "claimed_eps": 1.0, "test_accuracy": accuracy,
+            "control_accuracy": 0.95, "matched": accuracy >= 0.92, "seconds": 1.0, "auc": 0.6,
+            "tpr_at_fpr_1pct": 0.1, "tpr_at_fpr_01pct": 0.0, "true_positives": tp, "members": 100,
+            "false_positives": 5, "nonmembers": 100}
+
+
+def test_only_seeds_at_matched_utility_are_pooled_and_the_others_are_named():
+    config = ExperimentConfig(margin=0.03)
+    rows = [_seed_row(0, 0.94, 30), _seed_row(1, 0.80, 90), _seed_row(2, 0.93, 20)]
+    row = pooled_row(config, rows)
+    assert (row["seeds_pooled"], row["seeds_total"]) == (2, 3) and "seed 1 (accuracy 0.8000" in row["unmatched_seeds"]
+    assert row["eps_lower_bound"] == epsilon_from_counts(AttackCounts(50, 200, 10, 200), config.delta)
+    assert row["test_accuracy"] == pytest.approx(0.935) and "pooled over 2 of 3 seeds" in row["reason"]
+    nothing = pooled_row(config, [_seed_row(0, 0.5, 90), _seed_row(1, 0.6, 90)])
+    assert nothing["seeds_pooled"] == 0 and nothing["eps_lower_bound"] == 0.0 and nothing["auc"] is None
+    assert nothing["verdict"] == "inconclusive" and "no seed reached matched utility" in nothing["reason"]
+    one_run = [{**_seed_row(s, a, 0), "attack": "one-run loss", "one_run_counts": [OneRunCounts(10, c, 100)]}
+               for s, a, c in ((0, 0.94, 9), (1, 0.5, 10))]
+    assert pooled_row(config, one_run)["correct"] == 9  # the unmatched seed's guesses stay out
+
+
+def test_tiny_experiment_writes_every_attack_the_choices_and_verdicts_at_matched_utility(tmp_path, capsys):
     out = tmp_path / "audit"
     assert audit_experiment.run(parse([*TINY, "--out", str(out)])) == 0
     with open(out / "results.csv", newline="") as handle:
@@ -68,20 +127,33 @@ def test_tiny_experiment_writes_every_attack_with_verdicts_at_matched_utility(tm
     for arm in arms:
         for attack in ("loss", "lira"):
             chosen = [row for row in rows if row["arm"] == arm and row["attack"] == attack]
-            summed = sum((AttackCounts(*(int(row[k]) for k in ("true_positives", "members", "false_positives", "nonmembers")))
-                          for row in chosen[1:2]), AttackCounts(*(int(chosen[0][k]) for k in ("true_positives", "members", "false_positives", "nonmembers"))))
-            assert float(chosen[2]["eps_lower_bound"]) == pytest.approx(epsilon_from_counts(summed, 1e-5))
+            matched = [row for row in chosen[:2] if row["matched"] == "True"]
+            assert chosen[2]["seeds_pooled"] == str(len(matched))
+            if matched:
+                summed = sum((AttackCounts(*(int(row[k]) for k in COUNT_KEYS)) for row in matched[1:]),
+                             AttackCounts(*(int(matched[0][k]) for k in COUNT_KEYS)))
+                assert float(chosen[2]["eps_lower_bound"]) == pytest.approx(epsilon_from_counts(summed, 1e-5))
     for row in rows:
         bound, claim = float(row["eps_lower_bound"]), float(row["claimed_eps"])
         underfit = float(row["test_accuracy"]) < float(row["control_accuracy"]) - 0.03
         expected = "violation" if bound > claim else ("inconclusive" if underfit else "no violation")
+        if row["seed"] == "pooled" and row["seeds_pooled"] == "0":
+            expected = "inconclusive"
         assert row["verdict"] == expected and row["delta"] == "1e-05" and row["covers"]
     claims = {row["arm"]: float(row["claimed_eps"]) for row in rows}
     assert math.isinf(claims["none"]) and claims[CONTROL] == 0.0 and 0 < claims["dirichlet-eps0.5"] <= 0.5
 
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["seeds"] == [0, 1] and results["config"]["rate_grids"][1] == ["dirichlet", [0.05, 0.2]]
+    assert [(row["arm"], row["rate"]) for row in results["tuning"]] == [
+        (arm, rate) for arm in ("dirichlet-eps0.5", "dirichlet-eps2", "none") for rate in (0.05, 0.2)]
+    for arm in ("dirichlet-eps0.5", "dirichlet-eps2"):
+        tried = [row for row in results["tuning"] if row["arm"] == arm]
+        assert results["choices"][arm]["rate"] == max(tried, key=lambda row: row["validation_accuracy"])["rate"]
+        assert [row["chosen_by"] for row in tried].count([arm]) == 1
+    assert results["choices"][CONTROL]["rate"] == results["choices"]["none"]["rate"]
     markdown = (out / "results.md").read_text()
-    assert "delta=1e-05" in markdown and "## Verdicts" in markdown and "How the number of reference models K" in markdown
-    assert json.loads((out / "config.json").read_text())["seeds"] == [0, 1]
+    assert "delta=1e-05" in markdown and "Rates tried" in markdown and "How the number of reference models K" in markdown
     with open(out / "reference_sweep.csv", newline="") as handle:
         assert [(row["arm"], row["references"]) for row in csv.DictReader(handle)] == [(arm, "2") for arm in arms]
     assert (out / "audit_roc.png").read_bytes()[:4] == b"\x89PNG"
@@ -90,8 +162,12 @@ def test_tiny_experiment_writes_every_attack_with_verdicts_at_matched_utility(tm
 
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--candidates", "5000", "--candidates=5000"),
+    ("--validation", "2000", "--validation=2000"),
     ("--rate", "dirichlet=fast", "--rate item 'dirichlet=fast'"),
     ("--rate", "sgd=0.1", "--rate has unknown arm 'sgd'"),
+    ("--rate-grid", "dirichlet=0.1/x", "--rate-grid dirichlet '0.1/x'"),
+    ("--rate-grid", "adam=0.1", "--rate-grid has unknown mechanism 'adam'"),
+    ("--clip-grid", "0.5/-1", "--clip-grid=-1.0"),
     ("--references", "1", "--references=1"),
     ("--model", "vgg", "--model='vgg'"),
 ])
