@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the audit's modules (torch, matplotlib) are imported when the command runs
-    from dirichlet_fl.run_audit import AttackResult, RunAudit
+    from dirichlet_fl.run_audit import AttackResult, AuditOptions, RunAudit
 
 PROG = "dirichlet-fl audit"
 VIEW_CHOICES = ("final-model", "updates", "all")
@@ -43,6 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="members + non-members per audit, at most (default 4000: eps bounds near 2 in seconds on a CPU)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the candidate sampling and the halves")
+    parser.add_argument("--references", type=int, default=0, metavar="K",
+                        help="train K reference runs of the same job in the plain loop, each on a random half of "
+                        "the candidates, and add offline LiRA and RMIA (K >= 2; default 0: none)")
     parser.set_defaults(func=run)
 
 
@@ -55,6 +58,8 @@ def describe(attack: AttackResult) -> str:
     verdict."""
     report = attack.report
     extra = ""
+    if "references" in attack.details:
+        extra = f" ({attack.details['references']} reference runs)"
     if "guesses" in attack.details:
         extra = f" ({attack.details['correct']} of {attack.details['guesses']} one-run guesses right)"
     if attack.details.get("eps_estimate") is not None:
@@ -98,8 +103,7 @@ def human_report(run_dir: Path, result: RunAudit) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dirichlet_fl.run_audit import DEFAULT_MARGIN, DEFAULT_MAX_CANDIDATES, VIEWS, audit_finished_run, save_audit
-    from dirichlet_fl.runs import load_run
+    from dirichlet_fl.run_audit import DEFAULT_MARGIN, DEFAULT_MAX_CANDIDATES, VIEWS, AuditOptions, save_audit
 
     run_dir = Path(args.run_dir)
     views = VIEWS if args.view == "all" else (args.view,)
@@ -109,15 +113,32 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"run folder {run_dir} does not exist")
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"--margin={margin} is out of range: it must lie in [0, 1)")
+        if args.references < 0 or args.references == 1:
+            raise ValueError(f"--references={args.references} is out of range: use 0 (none) or >= 2")
         if args.control is not None and not Path(args.control).is_dir():
             raise FileNotFoundError(f"--control {args.control}: the control run folder does not exist")
-        result = audit_finished_run(
-            load_run(run_dir), max_candidates=args.max_candidates or DEFAULT_MAX_CANDIDATES, seed=args.seed,
-            control_dir=args.control, views=views, margin=margin,
-        )
+        options = AuditOptions(max_candidates=args.max_candidates or DEFAULT_MAX_CANDIDATES, seed=args.seed,
+                               control_dir=args.control, views=views, margin=margin)
+        result = _audit(run_dir, options, args.references)
         save_audit(run_dir, result)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(result.to_dict()) if args.json else human_report(run_dir, result))
     return 0
+
+
+def _audit(run_dir: Path, options: AuditOptions, references: int) -> RunAudit:
+    """Load the run, train its reference runs when asked (progress on stderr), and audit it."""
+    from dirichlet_fl.run_audit import audit_finished_run, pooled_candidates
+    from dirichlet_fl.runs import load_run
+
+    run = load_run(run_dir)
+    if not references:
+        return audit_finished_run(run, options)
+    from sims.reference_runs import train_reference_models
+
+    candidates = pooled_candidates(run, options.max_candidates, options.seed)
+    models = train_reference_models(run, candidates, references, options.seed,
+                                    log=lambda line: print(line, file=sys.stderr, flush=True))
+    return audit_finished_run(run, options, models)

@@ -55,6 +55,8 @@ class Client:
     data_file: str = ""
     cache_dir: str = ""
     """Where the node caches its partition's shard between processes (dirichlet_fl.task.cached_client_shard)."""
+    shard: ClientShard | None = field(default=None, compare=False, repr=False)
+    """Data handed over in memory instead of the partition's (the plain loop's reference runs of an audit)."""
 
 
 @dataclass
@@ -89,6 +91,8 @@ def client_data(config: RunConfig, client: Client) -> tuple[ClientShard, ImageDa
     """The client's shard on the run's device, and the data it comes from (for the model's shape): its
     own data file, or its partition of the run's split (from the node's cache when it has one)."""
     device = resolve_device(config.device)
+    if client.shard is not None:
+        return client.shard, federated_split(config.split_spec(client.num_partitions)).data
     if client.data_file:
         return site_shard(client.data_file, dataset_num_classes(config.data.dataset), device)
     spec = config.split_spec(client.num_partitions)

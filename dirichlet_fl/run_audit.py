@@ -18,7 +18,9 @@ Members are each client's training examples, non-members the run's test split (n
 matched class by class and balanced, so that the attack cannot win by telling classes apart. Each
 attack is reported pooled over clients and per client, next to each client's claimed eps (its final
 eps from summary.json; the pooled claim is the largest). Offline LiRA and RMIA need reference models
-trained like the target; a federated run has none, so they live in `dirichlet-fl audit-experiment`.
+trained like the target: given `ReferenceModels` (K reference runs of the same job on random halves of
+the pooled candidates, sims/reference_runs.py, `dirichlet-fl audit RUN --references K`), they run on
+the pooled candidates of the final-model view too.
 
 Verdict (privacy.audit.verdict): "violation" when any bound exceeds its claim; "no violation" only when
 the final model's accuracy is within `margin` of a non-private CONTROL run of the same job
@@ -46,10 +48,10 @@ from torch import Tensor, nn
 
 from dirichlet_fl.files import write_atomically
 from dirichlet_fl.runs import FinishedRun, load_round_updates, load_run
-from privacy.audit.attacks import per_example_losses
+from privacy.audit.attacks import lira_offline_scores, per_example_losses, rmia_offline_scores
 from privacy.audit.one_run import one_run_bound, one_run_counts
 from privacy.audit.plot import plot_roc
-from privacy.audit.report import AuditReport, audit
+from privacy.audit.report import AuditReport, audit, audit_scores
 from privacy.audit.statistics import CONFIDENCE
 from privacy.audit.update_view import cosine_view_audit
 from privacy.audit.verdict import Verdict, verdict
@@ -217,10 +219,62 @@ class Scope:
     seed: list[int]
 
 
+def _pooled_scope(run: FinishedRun, seed: int) -> Scope:
+    """Every client's training examples, against the largest claim of any client."""
+    claims = [_claimed_epsilon(entry) for entry in run.summary["clients"]]
+    return Scope("pooled", np.concatenate([np.asarray(part) for part in run.train_parts]),
+                 max(claims, default=math.inf), run.config.delta, [seed, 0])
+
+
 def one_run_result(scores: np.ndarray, is_member: np.ndarray, delta: float) -> tuple[float, dict[str, Any]]:
     """The one-run bound (privacy.audit.one_run.one_run_bound) and the guesses that gave it."""
     bound, counts = one_run_bound(one_run_counts(scores, is_member), delta, CONFIDENCE)
     return bound, asdict(counts)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A scope's candidates: members (indices into the training split) and label-matched non-members
+    (indices into the test split); `population`: the test examples that are not candidates, never trained
+    on by the run or by its reference runs (RMIA's comparison set)."""
+
+    members: np.ndarray
+    nonmembers: np.ndarray
+    population: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.members) + len(self.nonmembers)
+
+
+def _candidates(run: FinishedRun, scope: Scope, max_candidates: int, rng: np.random.Generator) -> Candidates:
+    """The scope's candidates, drawn with `rng` (matched_candidates)."""
+    member_labels = run.data.train_y.numpy()[scope.member_index]
+    members, nonmembers = matched_candidates(member_labels, run.data.test_y.numpy(), max_candidates, rng)
+    population = np.setdiff1d(np.arange(len(run.data.test_y)), nonmembers)
+    return Candidates(scope.member_index[members], nonmembers, population)
+
+
+def pooled_candidates(run: FinishedRun, max_candidates: int = DEFAULT_MAX_CANDIDATES, seed: int = 0) -> Candidates:
+    """The candidates of the pooled audit with this seed: those that reference runs must be trained on."""
+    scope = _pooled_scope(run, seed)
+    return _candidates(run, scope, max_candidates, np.random.default_rng(scope.seed))
+
+
+@dataclass(frozen=True)
+class ReferenceModels:
+    """K reference runs of the audited job (sims/reference_runs.py) for `candidates`: their true-label
+    confidences on the candidates (members first, [K, n]) and on the population ([K, m]), and which
+    candidates each trained on (in_mask, [K, n])."""
+
+    candidates: Candidates
+    candidate_confidence: np.ndarray
+    in_mask: np.ndarray
+    population_confidence: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(self.in_mask.shape[0])
 
 
 def _final_model_attacks(
@@ -228,9 +282,8 @@ def _final_model_attacks(
 ) -> tuple[AuditReport, list[AttackResult]]:
     """Loss and one-run loss attacks on the scope's members against label-matched test examples."""
     rng = np.random.default_rng(scope.seed)
-    member_labels = run.data.train_y.numpy()[scope.member_index]
-    members, nonmembers = matched_candidates(member_labels, run.data.test_y.numpy(), max_candidates, rng)
-    chosen = torch.as_tensor(scope.member_index[members])
+    candidates = _candidates(run, scope, max_candidates, rng)
+    chosen, nonmembers = torch.as_tensor(candidates.members), candidates.nonmembers
     member_scores = -per_example_losses(run.model, run.data.train_x[chosen], run.data.train_y[chosen])
     nonmember_scores = -test_losses[nonmembers]
     report = audit(member_scores, nonmember_scores, claimed_eps=scope.claimed_eps, delta=scope.delta,
@@ -253,6 +306,39 @@ def _verdict(bound: float, claimed_eps: float, utility: Utility) -> Verdict:
         return Verdict("inconclusive", f"inconclusive: {result.reason.split(': ', 1)[1]}, but no control run to "
                        "match utility against (--control RUN_DIR: the same job with mechanism none)")
     return result
+
+
+def _reference_attacks(
+    run: FinishedRun, scope: Scope, references: ReferenceModels, utility: Utility, claim_covers: str
+) -> list[AttackResult]:
+    """Offline LiRA and RMIA on the pooled candidates, calibrated by the reference runs."""
+    candidates, data = references.candidates, run.data
+    members, nonmembers = torch.as_tensor(candidates.members), torch.as_tensor(candidates.nonmembers)
+    target = np.exp(-np.concatenate([per_example_losses(run.model, data.train_x[members], data.train_y[members]),
+                                     per_example_losses(run.model, data.test_x[nonmembers], data.test_y[nonmembers])]))
+    is_member = np.arange(candidates.size) < len(candidates.members)
+    scores = {"lira": lira_offline_scores(target, references.candidate_confidence, references.in_mask)}
+    population = torch.as_tensor(candidates.population)
+    if len(population) >= 2:
+        n, m = candidates.size, len(population)
+        population_target = np.exp(-per_example_losses(run.model, data.test_x[population], data.test_y[population]))
+        scores["rmia"] = rmia_offline_scores(
+            np.concatenate([target, population_target]),
+            np.concatenate([references.candidate_confidence, references.population_confidence], axis=1),
+            np.concatenate([references.in_mask, np.zeros((references.count, m), dtype=bool)], axis=1),
+            population=np.arange(n, n + m),
+        )[:n]
+    else:
+        scores["rmia"] = rmia_offline_scores(target, references.candidate_confidence, references.in_mask)
+    results = []
+    for offset, (name, values) in enumerate(scores.items()):
+        report = audit_scores(values, is_member, claimed_eps=scope.claimed_eps, delta=scope.delta,
+                              rng=np.random.default_rng([*scope.seed, 9, offset]), covers=claim_covers,
+                              confidence=CONFIDENCE)
+        results.append(AttackResult(name, "final-model", scope.name, report.eps_lower_bound, report,
+                                    _verdict(report.eps_lower_bound, scope.claimed_eps, utility),
+                                    {"references": references.count}))
+    return results
 
 
 def _flat_parameter_gradients(model: nn.Module) -> Callable[[Tensor, Tensor], Tensor]:
@@ -342,50 +428,67 @@ def control_accuracy(control_dir: str | Path, run: FinishedRun) -> float:
     return float(control.summary["final_accuracy"])
 
 
-def audit_finished_run(
-    run: FinishedRun,
-    *,
-    max_candidates: int = DEFAULT_MAX_CANDIDATES,
-    seed: int = 0,
-    control_dir: str | Path | None = None,
-    views: tuple[str, ...] = ("final-model",),
-    margin: float = DEFAULT_MARGIN,
-    update_candidates: int = DEFAULT_UPDATE_CANDIDATES,
-) -> RunAudit:
-    """Every attack of the requested views, pooled and per client (see the module docstring)."""
-    unknown = [view for view in views if view not in VIEWS]
-    if unknown:
-        raise ValueError(f"--view {unknown[0]!r} is unknown; valid: {', '.join(VIEWS)}")
+@dataclass(frozen=True)
+class AuditOptions:
+    """What to audit and how: candidates per audit, the seed of their sampling and halves, the control run
+    and margin of matched utility, the views, and the update view's candidates per client."""
+
+    max_candidates: int = DEFAULT_MAX_CANDIDATES
+    seed: int = 0
+    control_dir: str | Path | None = None
+    views: tuple[str, ...] = ("final-model",)
+    margin: float = DEFAULT_MARGIN
+    update_candidates: int = DEFAULT_UPDATE_CANDIDATES
+
+
+def _utility(run: FinishedRun, options: AuditOptions) -> Utility:
+    """The model's accuracy against the control's: the control run, the run itself under none, or no control."""
     if not isinstance(run.summary.get("final_accuracy"), (int, float)):
         raise ValueError(f"{run.directory}: summary.json has no final_accuracy; the verdict needs the model's accuracy")
     accuracy = float(run.summary["final_accuracy"])
-    if control_dir is not None:
-        utility = Utility(accuracy, control_accuracy(control_dir, run), str(control_dir), margin)
-    elif run.config.mechanism == "none":
-        utility = Utility(accuracy, accuracy, "the run itself (mechanism none)", margin)
-    else:
-        utility = Utility(accuracy, None, "none given", margin)
+    if options.control_dir is not None:
+        return Utility(accuracy, control_accuracy(options.control_dir, run), str(options.control_dir), options.margin)
+    if run.config.mechanism == "none":
+        return Utility(accuracy, accuracy, "the run itself (mechanism none)", options.margin)
+    return Utility(accuracy, None, "none given", options.margin)
+
+
+def _client_scopes(run: FinishedRun, seed: int) -> list[Scope]:
     clients = {int(entry["id"]): entry for entry in run.summary["clients"]}
-    claim_covers = covers(run.config.mechanism)
-    scopes = [
+    return [
         Scope(f"client {client}", np.asarray(run.train_parts[client]), _claimed_epsilon(clients[client]),
               float(clients[client].get("delta", run.config.delta)), [seed, client + 1])
         for client in sorted(clients)
     ]
-    pooled_scope = Scope(
-        "pooled", np.concatenate([np.asarray(part) for part in run.train_parts]),
-        max((_claimed_epsilon(entry) for entry in clients.values()), default=math.inf), run.config.delta, [seed, 0],
-    )
+
+
+def audit_finished_run(
+    run: FinishedRun, options: AuditOptions = AuditOptions(), references: ReferenceModels | None = None
+) -> RunAudit:
+    """Every attack of the requested views, pooled and per client (see the module docstring); with
+    `references` (for pooled_candidates(run, options.max_candidates, options.seed)) also LiRA and RMIA."""
+    unknown = [view for view in options.views if view not in VIEWS]
+    if unknown:
+        raise ValueError(f"--view {unknown[0]!r} is unknown; valid: {', '.join(VIEWS)}")
+    utility = _utility(run, options)
+    claim_covers = covers(run.config.mechanism)
+    scopes, pooled_scope = _client_scopes(run, options.seed), _pooled_scope(run, options.seed)
     attacks: list[AttackResult] = []
     reports: dict[str, AuditReport] = {}
-    if "final-model" in views:
+    if "final-model" in options.views:
         test_losses = per_example_losses(run.model, run.data.test_x, run.data.test_y)
         for scope in [pooled_scope, *scopes]:
             reports[scope.name], found = _final_model_attacks(
-                run, scope, test_losses, max_candidates, utility, claim_covers)
+                run, scope, test_losses, options.max_candidates, utility, claim_covers)
             attacks += found
-    if "updates" in views:
-        attacks += _update_view_attacks(run, scopes, update_candidates, utility, claim_covers)
+    if references is not None:
+        expected = pooled_candidates(run, options.max_candidates, options.seed)
+        if not np.array_equal(references.candidates.members, expected.members):
+            raise ValueError("the reference runs were trained for other candidates: use the same --max-candidates "
+                             "and --seed for the references and the audit")
+        attacks += _reference_attacks(run, pooled_scope, references, utility, claim_covers)
+    if "updates" in options.views:
+        attacks += _update_view_attacks(run, scopes, options.update_candidates, utility, claim_covers)
     loss_pooled = reports.get("pooled") or attacks[0].report
     per_client = {int(name.split()[1]): report for name, report in reports.items() if name != "pooled"}
     holds = bool(run.summary.get("accountant_assumptions_hold", True))
@@ -411,6 +514,6 @@ def audit_run(run_dir: str | Path, *, max_candidates: int = DEFAULT_MAX_CANDIDAT
     run_dir = Path(run_dir)
     run = load_run(run_dir)
     views = ("final-model", "updates") if run.config.keep_updates else ("final-model",)
-    result = audit_finished_run(run, max_candidates=max_candidates, seed=seed, views=views)
+    result = audit_finished_run(run, AuditOptions(max_candidates=max_candidates, seed=seed, views=views))
     save_audit(run_dir, result)
     return result

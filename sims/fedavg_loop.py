@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
@@ -29,7 +29,14 @@ from client.round import Client, shard_of, train_round
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.metrics import evaluate_model
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
-from dirichlet_fl.task import evaluate, federated_split, initial_model, resolve_device, true_class_confidence
+from dirichlet_fl.task import (
+    ClientShard,
+    evaluate,
+    federated_split,
+    initial_model,
+    resolve_device,
+    true_class_confidence,
+)
 from strategies.private_fedavg import seeded_sample
 
 
@@ -84,9 +91,11 @@ def _federated_accuracy(config: RunConfig, model: nn.Module, clients: list[int],
 class FedAvgLoop:
     """The federated run of the app, one round at a time (see the module docstring)."""
 
-    def __init__(self, config: RunConfig, num_clients: int) -> None:
+    def __init__(self, config: RunConfig, num_clients: int, shards: Mapping[int, ClientShard] | None = None) -> None:
+        """`shards`: each client's data instead of its partition of the run's split (reference runs)."""
         self.config = config
         self.num_clients = num_clients
+        self.shards = dict(shards or {})
         data = federated_split(config.split_spec(num_clients)).data
         device = resolve_device(config.device)
         self.model = initial_model(config, data).to(device)
@@ -98,7 +107,8 @@ class FedAvgLoop:
         self.failures: dict[int, str] = {}
 
     def _client(self, partition_id: int) -> Client:
-        return Client(partition_id, self.num_clients, self.config.target_epsilon_for(partition_id, self.num_clients))
+        epsilon = self.config.target_epsilon_for(partition_id, self.num_clients)
+        return Client(partition_id, self.num_clients, epsilon, shard=self.shards.get(partition_id))
 
     def _round_updates(self, server_round: int) -> tuple[list[RecordDict], int, int] | None:
         """Train the sampled clients (client.round.train_round, as the ClientApp does); None when no client

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,10 +15,12 @@ from flwr.app import ArrayRecord
 
 from cli.audit import add_parser
 from dirichlet_fl.config import DataConfig, RunConfig
-from dirichlet_fl.run_audit import audit_run, matched_candidates
+from dirichlet_fl.run_audit import audit_run, matched_candidates, pooled_candidates
 from dirichlet_fl.runs import CHECKPOINT, ClientLedger, load_run, save_round_updates
 from dirichlet_fl.task import build_run_model, evaluate, federated_split
+from privacy.audit.verdict import VERDICTS
 from privacy.registry import covers
+from sims.reference_runs import reference_coins, reference_parts
 
 IID_DIGITS = DataConfig(dataset="digits", partitioner="iid")
 
@@ -37,10 +40,11 @@ def write_run(
     state: dict[str, torch.Tensor] | None = None,
     final_accuracy: float = 0.1,
     keep_updates: bool = False,
+    rounds: int = 5,
 ) -> Path:
     """A finished-run folder as the server writes it; an untrained model (it never saw any example)
     unless `state` plants other weights."""
-    config = RunConfig(mechanism=mechanism, keep_updates=keep_updates, data=IID_DIGITS)
+    config = RunConfig(mechanism=mechanism, keep_updates=keep_updates, data=IID_DIGITS, num_server_rounds=rounds)
     folder.mkdir()
     saved = {"run_config": config.to_run_config(), "num_clients": len(epsilons)}
     (folder / "config.json").write_text(json.dumps(saved))
@@ -246,3 +250,41 @@ def test_a_killed_run_is_audited_from_its_last_checkpoint(tmp_path, capsys):
     assert [c["epsilon"] for c in run.summary["clients"]] == [0.5, 0.75]
     assert run_command([str(run_dir), "--json", "--max-candidates", "200"]) == 0
     assert json.loads(capsys.readouterr().out)["claimed_eps"] == 0.75
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference runs (--references K): LiRA and RMIA on a federated run's final model.
+# ---------------------------------------------------------------------------------------------
+
+def test_a_reference_run_keeps_its_half_of_the_candidates_and_every_other_example(tmp_path):
+    run = load_run(write_run(tmp_path / "run", "dirichlet", [1.0] * 4))
+    candidates = pooled_candidates(run, 200, seed=0)
+    coins = reference_coins(candidates, 0, 1)
+    assert 0.3 < coins.mean() < 0.7 and not np.array_equal(coins, reference_coins(candidates, 0, 2))
+    train, test = reference_parts(run, candidates, coins, np.random.default_rng(0))
+    members = len(candidates.members)
+    kept = set(np.concatenate(train).tolist())
+    assert kept == set(np.concatenate(run.train_parts).tolist()) - set(candidates.members[~coins[:members]].tolist())
+    assert sorted(np.concatenate(test).tolist()) == sorted(candidates.nonmembers[coins[members:]].tolist())
+    labels, test_labels = run.data.train_y.numpy(), run.data.test_y.numpy()
+    for client, part in enumerate(test):  # a test candidate joins a client that holds its class
+        assert set(test_labels[part]) <= set(labels[run.train_parts[client]])
+    assert not np.intersect1d(candidates.population, candidates.nonmembers).size
+
+
+@pytest.mark.usefixtures("single_torch_thread")
+def test_references_add_lira_and_rmia_with_finite_bounds_and_verdicts(tmp_path, capsys):
+    """The digits job's 10 clients, cut to 2 rounds; two reference runs in the plain loop (about 13 s)."""
+    run_dir = write_run(tmp_path / "run", "dirichlet", [1.0] * 10, rounds=2)
+    assert run_command([str(run_dir), "--json", "--references", "2", "--max-candidates", "400"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    found = {a["name"]: a for a in report["attacks"] if a["scope"] == "pooled"}
+    for name in ("lira", "rmia"):
+        attack = found[name]
+        assert attack["view"] == "final-model" and attack["references"] == 2
+        assert math.isfinite(attack["eps_lower_bound"]) and attack["verdict"] in VERDICTS
+        assert attack["num_members"] == found["loss"]["num_members"]  # the loss attack's candidates
+    assert captured.err.count("reference run") == 2
+    assert run_command([str(run_dir), "--references", "1"]) == 2
+    assert "--references=1 is out of range" in capsys.readouterr().err
