@@ -12,6 +12,7 @@ from sims.audit_config import (
     DEFAULT_CLIP_GRID,
     NORM_CHOICES,
     ExperimentConfig,
+    parse_named_values,
     parse_rate_grids,
     parse_rates,
     parse_values,
@@ -33,6 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-root", default=None, help="folder of the data set (mnist-idx: the IDX files)")
     parser.add_argument("--epsilon", default=",".join(f"{eps:g}" for eps in defaults.epsilons),
                         help="target eps of every private arm; comma-separated for several (e.g. 1,4)")
+    parser.add_argument("--mechanism-epsilon", default="",
+                        help="eps values per mechanism instead of --epsilon, e.g. dpsgd=1/4")
     parser.add_argument("--delta", type=float, default=defaults.delta)
     parser.add_argument("--alpha", type=float, default=defaults.alpha, help="Dirichlet offset alpha")
     parser.add_argument("--sample-rate", type=float, default=defaults.sample_rate, help="Poisson rate q")
@@ -42,7 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--candidates", type=int, default=defaults.candidates, help="pool size (about half members)")
     parser.add_argument("--extra-train", type=int, default=defaults.extra_train, help="non-candidate training examples")
     parser.add_argument("--model", default=defaults.model, help=f"network (default {defaults.model})")
-    parser.add_argument("--norm", choices=NORM_CHOICES, default=None, help="normalisation (default: the model's own)")
+    parser.add_argument("--norm", choices=(*NORM_CHOICES, "default"), default=defaults.norm,
+                        help="normalisation (default %(default)s; 'default': the model's own)")
     parser.add_argument("--validation", type=int, default=defaults.validation,
                         help="non-candidate examples the rates are chosen on (default %(default)s)")
     parser.add_argument(
@@ -63,6 +67,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--references", type=int, default=defaults.references,
                         help=f"K reference models per arm for LiRA / RMIA (default {defaults.references}; "
                         "0: skip them)")
+    parser.add_argument("--reference-epsilon", default="",
+                        help="train reference models only for the private arms at these eps, e.g. 1 "
+                        "(and for none and the control; default: every arm)")
     parser.add_argument("--margin", type=float, default=defaults.margin,
                         help="matched utility: accuracy at most this far below the control's "
                         f"(default {defaults.margin})")
@@ -76,14 +83,13 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     """--quick sets 2 seeds and 1000 steps unless --seeds / --steps say otherwise; ValueError names a bad flag."""
     seeds = args.seeds if args.seeds is not None else (2 if args.quick else len(ExperimentConfig.seeds))
     steps = args.steps if args.steps is not None else (1000 if args.quick else ExperimentConfig.steps)
-    try:
-        epsilons = tuple(float(item) for item in args.epsilon.split(",") if item.strip())
-    except ValueError:
-        raise ValueError(f"--epsilon={args.epsilon!r} is invalid: give comma-separated numbers, e.g. 1,4") from None
+    epsilons = parse_epsilons("--epsilon", args.epsilon)
     return ExperimentConfig(
         dataset=args.dataset,
         data_root=args.data_root,
         epsilons=epsilons,
+        mechanism_epsilons=parse_named_values("--mechanism-epsilon", args.mechanism_epsilon),
+        reference_epsilons=parse_epsilons("--reference-epsilon", args.reference_epsilon),
         delta=args.delta,
         alpha=args.alpha,
         sample_rate=args.sample_rate,
@@ -92,7 +98,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         candidates=args.candidates,
         extra_train=args.extra_train,
         model=args.model,
-        norm=args.norm,
+        norm=None if args.norm == "default" else args.norm,
         validation=args.validation,
         rates=parse_rates(args.rate),
         rate_grids=parse_rate_grids(args.rate_grid),
@@ -104,6 +110,14 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         margin=args.margin,
         workers=args.workers,
     )
+
+
+def parse_epsilons(flag: str, text: str) -> tuple[float, ...]:
+    """'1,4' -> (1.0, 4.0); ValueError naming the flag."""
+    try:
+        return tuple(float(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise ValueError(f"{flag}={text!r} is invalid: give comma-separated numbers, e.g. 1,4") from None
 
 
 def run(args: argparse.Namespace) -> int:

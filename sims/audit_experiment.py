@@ -103,8 +103,8 @@ def target_jobs(config: ExperimentConfig, choices: dict[str, Choice]) -> list[Jo
     arms = config.arms()
     targets = [Job(arm, seed, choices[arm.name].setting) for seed in config.seeds for arm in arms]
     calibrating = {reference_arm(arm): choices[arm.name].setting for arm in reversed(arms)}
-    references = [Job(arm, 0, calibrating[arm], reference=k)
-                  for k in range(config.references) for arm in dict.fromkeys(map(reference_arm, arms))]
+    references = [Job(arm, 0, calibrating[arm], reference=k) for arm in dict.fromkeys(map(reference_arm, arms))
+                  for k in range(config.references_for(arm))]
     return targets + references
 
 
@@ -128,7 +128,7 @@ def attack_scores(
     models (default all); LiRA and RMIA only when there are at least two."""
     target = _target(models, arm, seed)
     scores = {"loss": -target.pool_losses}
-    count = config.references if references is None else references
+    count = config.references_for(arm) if references is None else references
     if count < 2:
         return scores
     refs = [models[f"{reference_arm(arm).name}_ref{k}"] for k in range(count)]
@@ -243,7 +243,7 @@ def reference_sweep(config: ExperimentConfig, models: dict[str, TrainedModel], r
         return []
     ks = sorted({k for k in (2, 4, 8, 16, 32, 64) if k < config.references} | {config.references})
     sweep = []
-    for arm in config.arms():
+    for arm in (arm for arm in config.arms() if config.references_for(arm) >= 2):
         seeds = [row["seed"] for row in rows if row["arm"] == arm.name and row["attack"] == "loss"
                  and row["seed"] != "pooled" and row["matched"]]
         for k in ks:

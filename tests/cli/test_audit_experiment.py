@@ -17,9 +17,9 @@ from privacy.analysis import attenuation
 from privacy.audit.one_run import OneRunCounts
 from privacy.audit.statistics import AttackCounts, epsilon_from_counts
 from sims.audit_config import CONTROL, NORM_CHOICES, Arm, ExperimentConfig, parse_rate_grids, parse_rates
-from sims.audit_experiment import pooled_row
+from sims.audit_experiment import pooled_row, target_jobs
 from sims.audit_training import Job, Setting, candidate_split, reference_mask, train_job, training_index
-from sims.audit_tuning import choose, tuning_jobs
+from sims.audit_tuning import Choice, choose, tuning_jobs
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
@@ -90,6 +90,17 @@ def test_an_arm_picks_the_most_accurate_grid_point_and_a_given_rate_skips_the_gr
     arms = {arm.name: arm for arm in explicit.arms()}
     assert [explicit.explicit_rate(arms[n]) for n in ("dirichlet-eps1", "dirichlet-eps4", CONTROL)] == [0.7, 0.3, 0.1]
     assert NORM_CHOICES == NORMS
+
+
+def test_eps_per_mechanism_and_reference_models_only_for_the_arms_asked():
+    config = ExperimentConfig(epsilons=(1.0,), mechanism_epsilons=(("dirichlet", (0.5, 1.0, 8.0)),),
+                              mechanisms=("dirichlet", "dpsgd"), references=4, reference_epsilons=(1.0,))
+    names = [arm.name for arm in config.arms()]
+    assert names == ["dirichlet-eps0.5", "dirichlet-eps1", "dirichlet-eps8", "dpsgd-eps1", CONTROL]
+    choices = {name: Choice(name, Setting(0.1, 1.0, effective=True), "given") for name in names}
+    references = [job for job in target_jobs(config, choices) if job.reference is not None]
+    assert sorted({job.arm.name for job in references}) == ["dirichlet-eps1", "dpsgd-eps1", "none"]
+    assert len(references) == 12 and all(job.setting == Setting(0.1, 1.0, True) for job in references)
 
 
 def _seed_row(seed: int, accuracy: float, tp: int) -> dict:
@@ -169,6 +180,8 @@ def test_tiny_experiment_writes_every_attack_the_choices_and_verdicts_at_matched
     ("--rate-grid", "adam=0.1", "--rate-grid has unknown mechanism 'adam'"),
     ("--clip-grid", "0.5/-1", "--clip-grid=-1.0"),
     ("--references", "1", "--references=1"),
+    ("--mechanism-epsilon", "none=1", "--mechanism-epsilon none"),
+    ("--reference-epsilon", "x", "--reference-epsilon='x'"),
     ("--model", "vgg", "--model='vgg'"),
 ])
 def test_bad_input_is_one_line_and_exit_code_two(tmp_path, capsys, flag, value, message):
