@@ -162,7 +162,8 @@ def seed_rows(config: ExperimentConfig, models: dict[str, TrainedModel], arm: Ar
     """One row per attack for the target (arm, seed); the halves are drawn per seed (the same in every arm)."""
     coins = _coins(config, seed)
     target = _target(models, arm, seed)
-    accuracy, control = float(target.test_accuracy or 0.0), float(_target(models, CONTROL_ARM, seed).test_accuracy or 0.0)
+    accuracy = float(target.test_accuracy or 0.0)
+    control = float(_target(models, CONTROL_ARM, seed).test_accuracy or 0.0)
     base = {
         "arm": arm.name, "seed": seed, "claimed_eps": target.claimed_eps, "delta": config.delta,
         "test_accuracy": accuracy, "control_accuracy": control, "matched": accuracy >= control - config.margin,

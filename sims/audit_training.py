@@ -201,7 +201,9 @@ def _single_threaded() -> None:
     torch.set_num_threads(1)
 
 
-def run_jobs(config: ExperimentConfig, planned: list[Job], log: Callable[[str], None] = print) -> dict[str, TrainedModel]:
+def run_jobs(
+    config: ExperimentConfig, planned: list[Job], log: Callable[[str], None] = print
+) -> dict[str, TrainedModel]:
     """Train every job, logged as it finishes: in `workers` spawned single-threaded processes, or in this
     process (torch's thread setting untouched) when workers is 1. Keyed by Job.key."""
     done: dict[str, TrainedModel] = {}

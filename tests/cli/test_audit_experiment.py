@@ -71,7 +71,8 @@ def test_the_rates_are_chosen_on_examples_that_are_never_candidates_nor_trained_
 
 def test_an_arm_picks_the_most_accurate_grid_point_and_a_given_rate_skips_the_grid():
     config = ExperimentConfig(dataset="digits", candidates=40, steps=30, sample_rate=0.1, epsilons=(0.5,),
-                              model="cnn", validation=200, mechanisms=("dirichlet", "dpsgd"), rates=parse_rates("dpsgd=0.3"),
+                              model="cnn", validation=200, mechanisms=("dirichlet", "dpsgd"),
+                              rates=parse_rates("dpsgd=0.3"),
                               rate_grids=parse_rate_grids("none=0.05/0.2,dirichlet=0.05/0.4"))
     planned = tuning_jobs(config)
     assert [(job.arm.name, job.setting.rate) for job in planned] == [
@@ -82,7 +83,8 @@ def test_an_arm_picks_the_most_accurate_grid_point_and_a_given_rate_skips_the_gr
     assert tuned.test_accuracy is None and tuned.validation_accuracy is not None and tuned.pool_losses.size == 0
     choices = choose(config, models)
     best = max(planned[:2], key=lambda job: models[job.key].validation_accuracy)
-    assert choices["dirichlet-eps0.5"].setting == best.setting and choices["dirichlet-eps0.5"].source.startswith("tuned")
+    assert choices["dirichlet-eps0.5"].setting == best.setting
+    assert choices["dirichlet-eps0.5"].source.startswith("tuned")
     assert choices[CONTROL].setting == max(planned[2:], key=lambda job: models[job.key].validation_accuracy).setting
     assert choices["dpsgd-eps0.5"].setting == Setting(0.3, 1.0, effective=False)
     assert choices["dpsgd-eps0.5"].source == "given"
@@ -164,7 +166,8 @@ def test_tiny_experiment_writes_every_attack_the_choices_and_verdicts_at_matched
         assert [row["chosen_by"] for row in tried].count([arm]) == 1
     assert results["choices"][CONTROL]["rate"] == results["choices"]["none"]["rate"]
     markdown = (out / "results.md").read_text()
-    assert "delta=1e-05" in markdown and "Rates tried" in markdown and "How the number of reference models K" in markdown
+    assert "delta=1e-05" in markdown and "Rates tried" in markdown
+    assert "How the number of reference models K" in markdown
     with open(out / "reference_sweep.csv", newline="") as handle:
         assert [(row["arm"], row["references"]) for row in csv.DictReader(handle)] == [(arm, "2") for arm in arms]
     assert (out / "audit_roc.png").read_bytes()[:4] == b"\x89PNG"
