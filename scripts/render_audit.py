@@ -2,7 +2,7 @@
 audit-experiment` (its results.json), between the markers <!-- audit-table:begin --> and
 <!-- audit-table:end -->, so that the document cannot drift from the numbers (tests/test_audit_doc.py).
 
-    .venv/bin/python scripts/render_audit.py                  # from docs/results/audit-experiment.json
+    .venv/bin/python scripts/render_audit.py                  # from docs/audit-results/audit-experiment.json
     .venv/bin/python scripts/render_audit.py RESULTS.json     # copy RESULTS.json there first, then render
     .venv/bin/python scripts/render_audit.py --check          # exit 1 if docs/audit.md is out of date
 """
@@ -21,7 +21,7 @@ from dirichlet_fl.files import write_atomically  # noqa: E402  (after the path: 
 from sims.audit_tables import render_document  # noqa: E402
 
 DOCUMENT = ROOT / "docs" / "audit.md"
-RESULTS = ROOT / "docs" / "results" / "audit-experiment.json"
+RESULTS = ROOT / "docs" / "audit-results" / "audit-experiment.json"
 
 
 def main(argv: list[str] | None = None) -> int:

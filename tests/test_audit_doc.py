@@ -13,7 +13,7 @@ from sims.audit_tables import BEGIN, END, render_document
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ROOT / "docs" / "audit.md"
-RESULTS = ROOT / "docs" / "results" / "audit-experiment.json"
+RESULTS = ROOT / "docs" / "audit-results" / "audit-experiment.json"
 
 
 def test_docs_audit_md_is_rendered_from_the_committed_results_file():
