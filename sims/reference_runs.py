@@ -82,6 +82,18 @@ def train_reference_models(
     """Train `count` reference runs and return their confidences on the candidates and the population."""
     if count < 2:
         raise ValueError(f"--references={count} is out of range: LiRA and RMIA need at least 2 reference runs")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the app's clients train (one CPU each): small batches run far faster
+    try:
+        return _train(run, candidates, count, seed, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(
+    run: FinishedRun, candidates: Candidates, count: int, seed: int, log: Callable[[str], None]
+) -> ReferenceModels:
+    """The reference runs one after another (train_reference_models)."""
     data = run.data
     member_index, test_index = torch.as_tensor(candidates.members), torch.as_tensor(candidates.nonmembers)
     population = torch.as_tensor(candidates.population)

@@ -274,7 +274,7 @@ def test_a_reference_run_keeps_its_half_of_the_candidates_and_every_other_exampl
 
 @pytest.mark.usefixtures("single_torch_thread")
 def test_references_add_lira_and_rmia_with_finite_bounds_and_verdicts(tmp_path, capsys):
-    """The digits job's 10 clients, cut to 2 rounds; two reference runs in the plain loop (about 13 s)."""
+    """The digits job's 10 clients, cut to 2 rounds; two reference runs in the plain loop (seconds)."""
     run_dir = write_run(tmp_path / "run", "dirichlet", [1.0] * 10, rounds=2)
     assert run_command([str(run_dir), "--json", "--references", "2", "--max-candidates", "400"]) == 0
     captured = capsys.readouterr()
