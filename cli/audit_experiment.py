@@ -10,7 +10,6 @@ from pathlib import Path
 
 from sims.audit_config import (
     DEFAULT_CLIP_GRID,
-    NORM_CHOICES,
     ExperimentConfig,
     parse_named_values,
     parse_rate_grids,
@@ -45,8 +44,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--candidates", type=int, default=defaults.candidates, help="pool size (about half members)")
     parser.add_argument("--extra-train", type=int, default=defaults.extra_train, help="non-candidate training examples")
     parser.add_argument("--model", default=defaults.model, help=f"network (default {defaults.model})")
-    parser.add_argument("--norm", choices=(*NORM_CHOICES, "default"), default=defaults.norm,
-                        help="normalisation (default %(default)s; 'default': the model's own)")
+    parser.add_argument("--norm", default=defaults.norm,
+                        help="normalisation: none, group, group-K, batch (default %(default)s; 'default': the "
+                        "model's own)")
+    parser.add_argument("--weighting", default=",".join(defaults.weightings),
+                        help="the Dirichlet losses to run, one arm each per eps: paper, normalized (default "
+                        "%(default)s)")
+    parser.add_argument("--weight-cap", type=float, default=defaults.weight_cap,
+                        help="the normalised loss's weight cap (default %(default)s)")
     parser.add_argument("--validation", type=int, default=defaults.validation,
                         help="non-candidate examples the rates are chosen on (default %(default)s)")
     parser.add_argument(
@@ -99,6 +104,8 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         extra_train=args.extra_train,
         model=args.model,
         norm=None if args.norm == "default" else args.norm,
+        weightings=tuple(name.strip() for name in args.weighting.split(",") if name.strip()),
+        weight_cap=args.weight_cap,
         validation=args.validation,
         rates=parse_rates(args.rate),
         rate_grids=parse_rate_grids(args.rate_grid),

@@ -6,15 +6,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dirichlet_fl.norms import check_norm
 from privacy.analysis import PAPER_DELTA
-from privacy.checks import check_in_open_interval, check_integer, check_positive
+from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
 from privacy.registry import MECHANISMS
 
 CONTROL = "control"
 """The arm that never trains on a candidate (non-private, on as many other examples): the audit's
 false-alarm level, and the accuracy every other arm is matched against."""
-NORM_CHOICES = ("none", "group", "batch")
-"""dirichlet_fl.norms.NORMS, repeated here so that this module stays free of torch (a test checks they agree)."""
+WEIGHTINGS = ("paper", "normalized")
+"""The Dirichlet losses an arm can train with (dirichlet_fl.config.DIRICHLET_WEIGHTINGS, repeated here so that
+this module stays light; a test checks they agree): the paper's NLL, or the confidence-normalised one."""
+DEFAULT_WEIGHT_CAP = 5.0
+"""The normalised loss's weight cap (the run config's dirichlet-weight-cap default; a test checks)."""
 DEFAULT_RATE_GRIDS = (
     ("none", (0.0125, 0.025, 0.05)),
     ("dirichlet", (0.00625, 0.0125, 0.025, 0.05)),
@@ -32,11 +36,13 @@ MIN_REFERENCES = 2
 
 @dataclass(frozen=True)
 class Arm:
-    """One trained configuration: a mechanism at a target eps (math.inf for `none` and the control)."""
+    """One trained configuration: a mechanism at a target eps (math.inf for `none` and the control), and for
+    Dirichlet its loss (one of WEIGHTINGS)."""
 
     name: str
     mechanism: str
     epsilon: float
+    weighting: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class ExperimentConfig:
     """DP-SGD's clip norm; None: chosen from `clip_grid` with the rate (DEFAULT_MAX_GRAD_NORM for a given rate)."""
     clip_grid: tuple[float, ...] = DEFAULT_CLIP_GRID
     mechanisms: tuple[str, ...] = tuple(MECHANISMS)
+    weightings: tuple[str, ...] = WEIGHTINGS
+    """The Dirichlet losses, one arm each per eps (named dirichlet-<weighting>-eps<eps>)."""
+    weight_cap: float = DEFAULT_WEIGHT_CAP
     references: int = 8
     """K reference models per arm for offline LiRA / RMIA (0: skip those attacks)."""
     reference_epsilons: tuple[float, ...] = ()
@@ -86,6 +95,9 @@ class ExperimentConfig:
         for mechanism in self.mechanisms:
             if mechanism == "none":
                 arms.append(Arm("none", "none", math.inf))
+            elif mechanism == "dirichlet":
+                arms += [Arm(f"dirichlet-{weighting}-eps{eps:g}", mechanism, eps, weighting)
+                         for weighting in self.weightings for eps in self.epsilons_of(mechanism)]
             else:
                 arms += [Arm(f"{mechanism}-eps{eps:g}", mechanism, eps) for eps in self.epsilons_of(mechanism)]
         return [*arms, Arm(CONTROL, "none", math.inf)]
@@ -150,8 +162,16 @@ class ExperimentConfig:
         unknown = [name for name in self.mechanisms if name not in MECHANISMS]
         if unknown or not self.mechanisms:
             raise ValueError(f"--mechanisms has unknown {unknown}; valid: {', '.join(MECHANISMS)}")
-        if self.norm is not None and self.norm not in NORM_CHOICES:
-            raise ValueError(f"--norm={self.norm!r} is unknown; valid: {', '.join(NORM_CHOICES)}")
+        if self.norm is not None:
+            try:
+                check_norm(self.norm)
+            except ValueError as error:
+                raise ValueError(f"--{error}") from None
+        if not self.weightings:
+            raise ValueError(f"--weighting is empty: give one or more of {', '.join(WEIGHTINGS)}")
+        for weighting in self.weightings:
+            check_choice("--weighting", weighting, WEIGHTINGS)
+        check_in_interval("--weight-cap", self.weight_cap, 1.0, 1e6)
         if self.references != 0 and self.references < MIN_REFERENCES:
             raise ValueError(f"--references={self.references} is out of range: use 0 (no LiRA/RMIA) or >= 2")
         if not 0.0 <= self.margin < 1.0:

@@ -49,6 +49,13 @@ def _setting(results: dict[str, Any], arm: str) -> str:
     return f"{rate}{clip}, {choice['source']}{found}"
 
 
+def _losses(config: dict[str, Any]) -> str:
+    """The Dirichlet losses run (absent from results written before there was a choice: the paper's)."""
+    weightings = config.get("weightings", ["paper"])
+    cap = f" (weight cap {config['weight_cap']:g})" if "normalized" in weightings else ""
+    return f"Dirichlet loss {' and '.join(weightings)}{cap}, "
+
+
 def settings_line(results: dict[str, Any]) -> str:
     """One paragraph: data, pool, model, q, T, seeds, K, delta, margin, wall time."""
     config = results["config"]
@@ -57,7 +64,7 @@ def settings_line(results: dict[str, Any]) -> str:
         f"{config['extra_train']} extra training examples, model {config['model']} (norm "
         f"{config['norm'] or 'its own'}), {config['optimizer']}, q = {config['sample_rate']:g}, T = "
         f"{config['steps']}, alpha = {config['alpha']:g}, delta = {config['delta']:g}, seeds {config['seeds']}, "
-        f"K = {config['references']} reference models per arm, rates chosen on {config['validation']} "
+        f"K = {config['references']} reference models per arm, {_losses(config)}rates chosen on {config['validation']} "
         f"validation examples (non-candidates), matched utility within {config['margin']:g} of the control's "
         f"accuracy; wall time {results['wall_seconds'] / 60:.1f} min."
     )

@@ -28,7 +28,7 @@ from dirichlet_fl.models import build_model
 from dirichlet_fl.task import evaluate
 from privacy.analysis import S_Y_FOR_LEARNING_RATE
 from privacy.audit.attacks import per_example_losses
-from privacy.mechanisms import MechanismSpec
+from privacy.mechanisms import LossWeighting, MechanismSpec
 from privacy.registry import build_mechanism
 from sims.audit_config import CONTROL, Arm, ExperimentConfig
 
@@ -148,6 +148,13 @@ def training_index(config: ExperimentConfig, split: CandidateSplit, job: Job) ->
     return np.concatenate([split.members, split.extra])
 
 
+def loss_weighting(config: ExperimentConfig, arm: Arm) -> LossWeighting | None:
+    """The arm's Dirichlet NLL normalisation (at s_y = 0.9, capped at config.weight_cap); None: the paper's."""
+    if arm.weighting != "normalized":
+        return None
+    return LossWeighting(S_Y_FOR_LEARNING_RATE, config.weight_cap)
+
+
 def _identity(job: Job) -> list[int]:
     """The seed material of a job's initial model and sampling: the same start in every arm."""
     if job.tuning:
@@ -166,7 +173,7 @@ def train_job(config: ExperimentConfig, job: Job) -> TrainedModel:
         name=job.arm.mechanism,
         target_epsilon=job.arm.epsilon if math.isfinite(job.arm.epsilon) else config.epsilons[0],
         delta=config.delta, sample_rate=config.sample_rate, planned_steps=config.steps, alpha=config.alpha,
-        max_grad_norm=job.setting.clip, num_examples=len(index),
+        max_grad_norm=job.setting.clip, num_examples=len(index), loss_weighting=loss_weighting(config, job.arm),
     ))
     identity = _identity(job)
     torch.manual_seed(int(np.random.SeedSequence(identity).generate_state(1)[0]))

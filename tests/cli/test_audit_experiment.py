@@ -12,20 +12,37 @@ import numpy as np
 import pytest
 
 from cli import audit_experiment
-from dirichlet_fl.norms import NORMS
+from dirichlet_fl.config import DIRICHLET_WEIGHTINGS, RunConfig
 from privacy.analysis import attenuation
 from privacy.audit.one_run import OneRunCounts
 from privacy.audit.statistics import AttackCounts, epsilon_from_counts
-from sims.audit_config import CONTROL, NORM_CHOICES, Arm, ExperimentConfig, parse_rate_grids, parse_rates
+from privacy.mechanisms import LossWeighting
+from sims.audit_config import (
+    CONTROL,
+    DEFAULT_WEIGHT_CAP,
+    WEIGHTINGS,
+    Arm,
+    ExperimentConfig,
+    parse_rate_grids,
+    parse_rates,
+)
 from sims.audit_experiment import pooled_row, target_jobs
-from sims.audit_training import Job, Setting, candidate_split, reference_mask, train_job, training_index
+from sims.audit_training import (
+    Job,
+    Setting,
+    candidate_split,
+    loss_weighting,
+    reference_mask,
+    train_job,
+    training_index,
+)
 from sims.audit_tuning import Choice, choose, tuning_jobs
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 TINY = ["--dataset", "digits", "--candidates", "40", "--steps", "30", "--sample-rate", "0.1", "--seeds", "2",
         "--epsilon", "0.5,2", "--workers", "1", "--rate", "dpsgd=0.1", "--references", "2",
-        "--mechanisms", "dirichlet,none", "--model", "cnn", "--validation", "200",
+        "--mechanisms", "dirichlet,none", "--weighting", "paper", "--model", "cnn", "--validation", "200",
         "--rate-grid", "none=0.05/0.2,dirichlet=0.05/0.2"]
 COUNT_KEYS = ("true_positives", "members", "false_positives", "nonmembers")
 
@@ -72,36 +89,53 @@ def test_the_rates_are_chosen_on_examples_that_are_never_candidates_nor_trained_
 def test_an_arm_picks_the_most_accurate_grid_point_and_a_given_rate_skips_the_grid():
     config = ExperimentConfig(dataset="digits", candidates=40, steps=30, sample_rate=0.1, epsilons=(0.5,),
                               model="cnn", validation=200, mechanisms=("dirichlet", "dpsgd"),
-                              rates=parse_rates("dpsgd=0.3"),
+                              rates=parse_rates("dpsgd=0.3"), weightings=("paper",),
                               rate_grids=parse_rate_grids("none=0.05/0.2,dirichlet=0.05/0.4"))
     planned = tuning_jobs(config)
     assert [(job.arm.name, job.setting.rate) for job in planned] == [
-        ("dirichlet-eps0.5", 0.05), ("dirichlet-eps0.5", 0.4), ("none", 0.05), ("none", 0.2)]
+        ("dirichlet-paper-eps0.5", 0.05), ("dirichlet-paper-eps0.5", 0.4), ("none", 0.05), ("none", 0.2)]
     models = {job.key: train_job(config, job) for job in planned}
     tuned = models[planned[1].key]
     assert tuned.learning_rate == pytest.approx(0.4 / attenuation(0.9, tuned.noise["r"], 3.0))
     assert tuned.test_accuracy is None and tuned.validation_accuracy is not None and tuned.pool_losses.size == 0
     choices = choose(config, models)
     best = max(planned[:2], key=lambda job: models[job.key].validation_accuracy)
-    assert choices["dirichlet-eps0.5"].setting == best.setting
-    assert choices["dirichlet-eps0.5"].source.startswith("tuned")
+    assert choices["dirichlet-paper-eps0.5"].setting == best.setting
+    assert choices["dirichlet-paper-eps0.5"].source.startswith("tuned")
     assert choices[CONTROL].setting == max(planned[2:], key=lambda job: models[job.key].validation_accuracy).setting
     assert choices["dpsgd-eps0.5"].setting == Setting(0.3, 1.0, effective=False)
     assert choices["dpsgd-eps0.5"].source == "given"
-    explicit = ExperimentConfig(rates=parse_rates("none=0.1,dirichlet=0.7,dirichlet-eps4=0.3"), epsilons=(1.0, 4.0))
+    explicit = ExperimentConfig(rates=parse_rates("none=0.1,dirichlet=0.7,dirichlet-paper-eps4=0.3"),
+                                epsilons=(1.0, 4.0))
     arms = {arm.name: arm for arm in explicit.arms()}
-    assert [explicit.explicit_rate(arms[n]) for n in ("dirichlet-eps1", "dirichlet-eps4", CONTROL)] == [0.7, 0.3, 0.1]
-    assert NORM_CHOICES == NORMS
+    names = ("dirichlet-paper-eps1", "dirichlet-paper-eps4", "dirichlet-normalized-eps4", CONTROL)
+    assert [explicit.explicit_rate(arms[name]) for name in names] == [0.7, 0.3, 0.7, 0.1]
+
+
+def test_each_dirichlet_loss_is_an_arm_and_the_normalised_one_trains_with_its_weighting():
+    config = ExperimentConfig(dataset="digits", candidates=40, steps=30, sample_rate=0.1, epsilons=(0.5,),
+                              model="cnn", validation=200, mechanisms=("dirichlet",))
+    paper, normalized, control = config.arms()
+    assert [paper.name, normalized.name, control.name] == ["dirichlet-paper-eps0.5", "dirichlet-normalized-eps0.5",
+                                                           CONTROL]
+    assert loss_weighting(config, paper) is None and loss_weighting(config, normalized) == LossWeighting(0.9, 5.0)
+    setting = Setting(0.1, 1.0, effective=True)
+    first, second = (train_job(config, Job(arm, 0, setting)) for arm in (paper, normalized))
+    assert first.claimed_eps == second.claimed_eps and first.noise == second.noise  # the loss changes no eps
+    assert first.learning_rate == pytest.approx(second.learning_rate)  # both step at kappa(0.9)
+    assert not np.array_equal(first.pool_losses, second.pool_losses)
+    assert set(WEIGHTINGS) == set(DIRICHLET_WEIGHTINGS) and DEFAULT_WEIGHT_CAP == RunConfig().dirichlet_weight_cap
 
 
 def test_eps_per_mechanism_and_reference_models_only_for_the_arms_asked():
     config = ExperimentConfig(epsilons=(1.0,), mechanism_epsilons=(("dirichlet", (0.5, 1.0, 8.0)),),
-                              mechanisms=("dirichlet", "dpsgd"), references=4, reference_epsilons=(1.0,))
+                              mechanisms=("dirichlet", "dpsgd"), references=4, reference_epsilons=(1.0,),
+                              weightings=("paper",))
     names = [arm.name for arm in config.arms()]
-    assert names == ["dirichlet-eps0.5", "dirichlet-eps1", "dirichlet-eps8", "dpsgd-eps1", CONTROL]
+    assert names == ["dirichlet-paper-eps0.5", "dirichlet-paper-eps1", "dirichlet-paper-eps8", "dpsgd-eps1", CONTROL]
     choices = {name: Choice(name, Setting(0.1, 1.0, effective=True), "given") for name in names}
     references = [job for job in target_jobs(config, choices) if job.reference is not None]
-    assert sorted({job.arm.name for job in references}) == ["dirichlet-eps1", "dpsgd-eps1", "none"]
+    assert sorted({job.arm.name for job in references}) == ["dirichlet-paper-eps1", "dpsgd-eps1", "none"]
     assert len(references) == 12 and all(job.setting == Setting(0.1, 1.0, True) for job in references)
 
 
@@ -132,7 +166,7 @@ def test_tiny_experiment_writes_every_attack_the_choices_and_verdicts_at_matched
     assert audit_experiment.run(parse([*TINY, "--out", str(out)])) == 0
     with open(out / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    arms = ["dirichlet-eps0.5", "dirichlet-eps2", "none", CONTROL]
+    arms = ["dirichlet-paper-eps0.5", "dirichlet-paper-eps2", "none", CONTROL]
     attacks = ["loss", "one-run loss", "lira", "one-run lira", "rmia", "one-run rmia"]
     assert [(row["arm"], row["attack"], row["seed"]) for row in rows] == [
         (arm, attack, seed) for arm in arms for attack in attacks for seed in ("0", "1", "pooled")
@@ -154,13 +188,13 @@ def test_tiny_experiment_writes_every_attack_the_choices_and_verdicts_at_matched
             expected = "inconclusive"
         assert row["verdict"] == expected and row["delta"] == "1e-05" and row["covers"]
     claims = {row["arm"]: float(row["claimed_eps"]) for row in rows}
-    assert math.isinf(claims["none"]) and claims[CONTROL] == 0.0 and 0 < claims["dirichlet-eps0.5"] <= 0.5
+    assert math.isinf(claims["none"]) and claims[CONTROL] == 0.0 and 0 < claims["dirichlet-paper-eps0.5"] <= 0.5
 
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["seeds"] == [0, 1] and results["config"]["rate_grids"][1] == ["dirichlet", [0.05, 0.2]]
     assert [(row["arm"], row["rate"]) for row in results["tuning"]] == [
-        (arm, rate) for arm in ("dirichlet-eps0.5", "dirichlet-eps2", "none") for rate in (0.05, 0.2)]
-    for arm in ("dirichlet-eps0.5", "dirichlet-eps2"):
+        (arm, rate) for arm in ("dirichlet-paper-eps0.5", "dirichlet-paper-eps2", "none") for rate in (0.05, 0.2)]
+    for arm in ("dirichlet-paper-eps0.5", "dirichlet-paper-eps2"):
         tried = [row for row in results["tuning"] if row["arm"] == arm]
         assert results["choices"][arm]["rate"] == max(tried, key=lambda row: row["validation_accuracy"])["rate"]
         assert [row["chosen_by"] for row in tried].count([arm]) == 1
@@ -186,6 +220,8 @@ def test_tiny_experiment_writes_every_attack_the_choices_and_verdicts_at_matched
     ("--mechanism-epsilon", "none=1", "--mechanism-epsilon none"),
     ("--reference-epsilon", "x", "--reference-epsilon='x'"),
     ("--model", "vgg", "--model='vgg'"),
+    ("--norm", "group-x", "--norm='group-x'"),
+    ("--weighting", "capped", "--weighting='capped'"),
 ])
 def test_bad_input_is_one_line_and_exit_code_two(tmp_path, capsys, flag, value, message):
     code = audit_experiment.run(parse([*TINY, flag, value, "--out", str(tmp_path / "x")]))
