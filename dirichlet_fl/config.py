@@ -204,7 +204,7 @@ class RunConfig:
     delta: float = setting("delta", PAPER_DELTA)
     alpha: float = setting("alpha", 3.0)
     max_grad_norm: float = setting("max-grad-norm", 1.0)
-    dirichlet_weighting: str = setting("dirichlet-weighting", "normalized")
+    dirichlet_weighting: str = setting("dirichlet-weighting", "paper")
     dirichlet_weight_cap: float = setting("dirichlet-weight-cap", 5.0)
     batch_size: int = setting("batch-size", 8)
     local_epochs: float = setting("local-epochs", 3.0)

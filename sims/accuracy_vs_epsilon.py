@@ -81,7 +81,7 @@ class Sweep:
     """The Dirichlet clients' rate rule (the app's learning-rate-mode): effective or adaptive."""
     norm: str = "default"
     """The model's normalisation (the app's norm key): default, none, group or group-K."""
-    dirichlet_weighting: str = "normalized"
+    dirichlet_weighting: str = "paper"
     """The Dirichlet NLL's per-example weighting (the app's dirichlet-weighting): normalized or paper."""
     dirichlet_weight_cap: float = 5.0
 

@@ -51,7 +51,7 @@ class Study:
     validation: bool = False
     """Evaluate on a stratified 20 % of the training data instead of the test set (to tune rates)."""
     norm: str = "default"
-    dirichlet_weighting: str = "normalized"
+    dirichlet_weighting: str = "paper"
     device: str = "cpu"
 
 

@@ -38,7 +38,6 @@ def test_string_overrides_are_coerced() -> None:
         ("device", "tpu", "device='tpu' is invalid"),
         ("dirichlet-weighting", "theorem11", "choose one of normalized, paper"),
         ("dirichlet-weight-cap", 0.5, "dirichlet-weight-cap=0.5 is out of range"),
-        ("learning-rate-mode", "adaptive", "contradictory: the normalisation already undoes kappa"),
         ("norm", "group-x", "group-K needs a whole K"),
         ("norm", "layer", "norm='layer' is unknown"),
         ("norm", "batch", "allow-batch-norm=true instead"),
@@ -53,6 +52,11 @@ def test_string_overrides_are_coerced() -> None:
 def test_invalid_values_name_the_key_and_the_range(key: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RunConfig.from_run_config({key: value})
+
+
+def test_the_adaptive_rate_is_refused_with_the_normalised_loss() -> None:
+    with pytest.raises(ValueError, match="contradictory: the normalisation already undoes kappa"):
+        RunConfig.from_run_config({"learning-rate-mode": "adaptive", "dirichlet-weighting": "normalized"})
 
 
 def test_unknown_keys_are_refused_with_the_valid_ones() -> None:
