@@ -16,25 +16,18 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from client.setup import client_generator, client_learning_rate
 from client.site_ledger import SiteLedger
 from client.training import PoissonBatches, make_optimizer, train_locally
+from dirichlet_fl.augmentation import augmentation
+from dirichlet_fl.client_plan import mechanism_spec
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import ImageData, dataset_num_classes
+from dirichlet_fl.device import resolve_device
+from dirichlet_fl.evaluation import evaluate
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, Metrics, error_reason, one_line
-from dirichlet_fl.task import (
-    ClientShard,
-    augmentation,
-    build_run_model,
-    cached_client_shard,
-    client_generator,
-    client_learning_rate,
-    client_shard,
-    evaluate,
-    federated_split,
-    mechanism_spec,
-    resolve_device,
-    site_shard,
-)
+from dirichlet_fl.run_model import build_run_model
+from dirichlet_fl.split import ClientShard, cached_client_shard, client_shard, federated_split, site_shard
 from privacy.csprng import SecureRandom
 from privacy.lifetime import LifetimeBudgetSpent, calibrate_within_lifetime
 from privacy.mechanisms import Mechanism
@@ -54,7 +47,7 @@ class Client:
     target_epsilon: float
     data_file: str = ""
     cache_dir: str = ""
-    """Where the node caches its partition's shard between processes (dirichlet_fl.task.cached_client_shard)."""
+    """Where the node caches its partition's shard between processes (dirichlet_fl.split.cached_client_shard)."""
     shard: ClientShard | None = field(default=None, compare=False, repr=False)
     """Data handed over in memory instead of the partition's (the plain loop's reference runs of an audit)."""
 

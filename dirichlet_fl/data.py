@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 if TYPE_CHECKING:
@@ -30,8 +29,6 @@ DEFAULT_DATA_ROOT = Path.home() / ".cache" / "dirichlet-fl" / "data"
 SPLIT_SEED = 0
 """Seed of the stratified 80/20 train/test splits made here (digits, and mnist-idx with t10k files only)."""
 TEST_FRACTION = 0.2
-AUGMENTED_BY_DEFAULT = frozenset({"cifar10", "svhn"})
-"""Data sets trained with random crop + horizontal flip unless the run says otherwise."""
 
 MEDMNIST_TASKS = ("multi-class", "binary-class")
 """MedMNIST tasks with one class label per example: the only ones a softmax over classes can learn."""
@@ -412,27 +409,6 @@ def _medmnist_split(dataset: MedMNIST2D) -> Split:
         raise ValueError(f"{dataset.flag} {dataset.split}: expected labels of shape N x 1, got {labels.shape}")
     images = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
     return images, labels.reshape(-1)
-
-
-def random_crop_flip(x: Tensor, generator: torch.Generator, padding: int = 4) -> Tensor:
-    """Randomly crop each image of the batch `x` (N x C x H x W) from its zero-padded copy, and flip half.
-
-    One gather per axis for the whole batch, on x's device: no loop over examples. Random numbers are
-    drawn on `generator`'s device (give it x's device to avoid a small copy per batch).
-    """
-    if x.ndim != 4:
-        raise ValueError(f"x must be a batch N x C x H x W, got shape {tuple(x.shape)}")
-    if padding < 0:
-        raise ValueError(f"padding={padding} must be >= 0")
-    n, c, h, w = x.shape
-    offsets = torch.randint(0, 2 * padding + 1, (2, n), generator=generator, device=generator.device).to(x.device)
-    flips = torch.randint(0, 2, (n,), generator=generator, device=generator.device).to(x.device).bool()
-    padded = F.pad(x, (padding, padding, padding, padding))
-    rows = offsets[0, :, None] + torch.arange(h, device=x.device)
-    columns = torch.arange(w, device=x.device)
-    columns = torch.where(flips[:, None], columns.flip(0), columns) + offsets[1, :, None]
-    cropped = padded.gather(2, rows[:, None, :, None].expand(n, c, h, w + 2 * padding))
-    return cropped.gather(3, columns[:, None, None, :].expand(n, c, h, w))
 
 
 SITE_FILE_KEYS = ("train_images", "train_labels", "test_images", "test_labels")

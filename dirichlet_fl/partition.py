@@ -44,7 +44,7 @@ def partition_indices(
     drawn from Dirichlet(beta); every client gets at least `min_partition_size` examples; the default,
     1, is what flwr-datasets' redrawing can still satisfy at ~8 examples per client, e.g. 1,000 clients on
     8,000 examples with beta 0.5, where 2 already fails; clients left with too few examples for the run's
-    batch size sit out instead, see dirichlet_fl.task.too_small_to_train),
+    batch size sit out instead, see dirichlet_fl.client_plan.too_small_to_train),
     `pathological` (each client holds `classes_per_client` classes), `natural` (`site_file`: CSV with
     header `index,site`, one row per training example; sites become clients in sorted order).
     """

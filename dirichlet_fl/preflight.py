@@ -25,9 +25,11 @@ import click
 import tomli
 from flwr.common.config import flatten_dict, get_fused_config_from_dir, get_project_config, parse_config_args
 
+from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
 from dirichlet_fl.config import MAX_LOCAL_STEPS, RunConfig, clients_per_round
+from dirichlet_fl.device import resolve_device
 from dirichlet_fl.runs import check_resumable, read_checkpoint, read_json
-from dirichlet_fl.task import FederatedSplit, federated_split, mechanism_spec, resolve_device, too_small_to_train
+from dirichlet_fl.split import FederatedSplit, federated_split
 from privacy.analysis import UnreachableEpsilonError, epsilon_floor
 
 PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")

@@ -41,7 +41,8 @@ from dirichlet_fl.data import ImageData
 from dirichlet_fl.files import append_atomically, write_atomically
 from dirichlet_fl.plots import CURVES_FILE, plot_runs
 from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED, NOISE_SECURE
-from dirichlet_fl.task import build_run_model, federated_split
+from dirichlet_fl.run_model import build_run_model
+from dirichlet_fl.split import federated_split
 from privacy.client_level import COVERS as CLIENT_LEVEL_COVERS
 
 ROUND_COLUMNS = [
@@ -124,7 +125,7 @@ class ClientLedger:
     sample_rate: float = math.nan
     noise: dict[str, float] = field(default_factory=dict)
     learning_rate: float = math.nan
-    """The SGD rate of its last trained round (dirichlet_fl.task.client_learning_rate)."""
+    """The SGD rate of its last trained round (client.setup.client_learning_rate)."""
     refused_rounds: int = 0
     failed_rounds: int = 0
 

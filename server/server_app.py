@@ -18,18 +18,15 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
+from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.device import resolve_device
+from dirichlet_fl.evaluation import evaluate
 from dirichlet_fl.paths import APP_DIR
 from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
+from dirichlet_fl.run_model import build_run_model, initial_model
 from dirichlet_fl.runs import COMPLETED, FAILED, RoundRecord, RunWriter
-from dirichlet_fl.task import (
-    build_run_model,
-    evaluate,
-    federated_split,
-    initial_model,
-    resolve_device,
-    too_small_to_train,
-)
+from dirichlet_fl.split import federated_split
 from privacy.registry import covers
 from strategies.private_fedavg import PrivateFedAvg
 from strategies.secure import build_strategy

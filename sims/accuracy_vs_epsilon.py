@@ -10,7 +10,7 @@ rounds, local epochs and batch size, so every example is visited as often in eac
 Learning rates: each mechanism has its own rate, tuned on a held-out validation split of the training
 data (--validation: 20 % of the training examples, stratified, replace the test set), never on the test
 set. The Dirichlet rate is the app's effective rate (learning-rate-mode = "effective"): each client runs
-SGD at that rate / kappa_i(s_y = 0.9) at its own r* (Theorem 11, dirichlet_fl.task.client_learning_rate).
+SGD at that rate / kappa_i(s_y = 0.9) at its own r* (Theorem 11, client.setup.client_learning_rate).
 DP-SGD's rate is its plain SGD rate (clipped, noised, averaged over the expected batch). A Dirichlet
 cell whose eps lies at or below some client's Theorem 10 floor is reported as 'unreachable (floor X)',
 with X the largest client floor, instead of being run.
@@ -36,8 +36,9 @@ import time
 from dataclasses import asdict, astuple, dataclass, replace
 from pathlib import Path
 
+from dirichlet_fl.client_plan import mechanism_spec
 from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
-from dirichlet_fl.task import federated_split, mechanism_spec
+from dirichlet_fl.split import federated_split
 from privacy.analysis import PAPER_DELTA, attenuation, epsilon_floor
 from sims.fedavg_loop import LoopResult, run_fedavg
 

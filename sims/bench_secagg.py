@@ -40,8 +40,9 @@ from flwr.supercore.task_identity import TaskIdentity
 from client.secure import aggregation_mod
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import Metrics
+from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.simulation import APP_DIR
-from dirichlet_fl.task import federated_split, initial_model
+from dirichlet_fl.split import federated_split
 from sims.bench_simulation import measure_run, parse_overrides, steady_and_fixed
 from strategies.secure import SecureFedAvg
 

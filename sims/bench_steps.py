@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from dirichlet_fl.device import synchronize
 from dirichlet_fl.models import build_model
-from dirichlet_fl.task import synchronize
 from privacy.analysis import PAPER_DELTA, calibrate_r
 from privacy.csprng import SecureRandom
 from privacy.dpsgd import DPSGDMechanism

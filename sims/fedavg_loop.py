@@ -5,9 +5,10 @@ sweeps (sims/accuracy_vs_epsilon.py) on a 2-core machine, where a Ray start-up p
 more than the training itself.
 
 What is the same as the app (client/client_app.py, server/server_app.py, strategies/private_fedavg.py):
-the split, shards and initial model (dirichlet_fl.task); each client's round is client.round.train_round,
-the ClientApp's own (calibrate once, keep the ledger, refuse past the budget, train); clients are sampled with the strategy's seeded rule, clients that are spent
-are not sampled again; updates are averaged with Flower's aggregate_arrayrecords weighted by
+the split, shards and initial model (dirichlet_fl.split, dirichlet_fl.run_model); each client's round
+is client.round.train_round, the ClientApp's own (calibrate once, keep the ledger, refuse past the
+budget, train); clients are sampled with the strategy's seeded rule, clients that are spent are not
+sampled again; updates are averaged with Flower's aggregate_arrayrecords weighted by
 num-examples; the global model is evaluated on the test split every round (and at round 0), and the
 clients sampled for evaluation evaluate it on their local test shares.
 
@@ -27,16 +28,12 @@ from torch import Tensor, nn
 
 from client.round import Client, shard_of, train_round
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.device import resolve_device
+from dirichlet_fl.evaluation import evaluate, true_class_confidence
 from dirichlet_fl.metrics import evaluate_model
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
-from dirichlet_fl.task import (
-    ClientShard,
-    evaluate,
-    federated_split,
-    initial_model,
-    resolve_device,
-    true_class_confidence,
-)
+from dirichlet_fl.run_model import initial_model
+from dirichlet_fl.split import ClientShard, federated_split
 from strategies.private_fedavg import seeded_sample
 
 

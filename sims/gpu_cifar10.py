@@ -35,9 +35,11 @@ import torch
 from torch import Tensor
 
 from client.training import PoissonBatches, make_optimizer, train_locally
-from dirichlet_fl.data import load_dataset, random_crop_flip
+from dirichlet_fl.augmentation import random_crop_flip
+from dirichlet_fl.data import load_dataset
+from dirichlet_fl.device import resolve_device, synchronize
+from dirichlet_fl.evaluation import evaluate
 from dirichlet_fl.models import build_model
-from dirichlet_fl.task import evaluate, resolve_device, synchronize
 from privacy.analysis import PAPER_DELTA
 from privacy.mechanisms import MechanismSpec
 from privacy.registry import build_mechanism

@@ -8,9 +8,10 @@ import csv
 import json
 from pathlib import Path
 
+from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.simulation import simulate
-from dirichlet_fl.task import federated_split, too_small_to_train
+from dirichlet_fl.split import federated_split
 
 CLIENTS = 100
 SAMPLED = 5

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from dirichlet_fl.task import federated_split
+from dirichlet_fl.split import federated_split
 from privacy.analysis import PAPER_DELTA
 from sims.accuracy_vs_epsilon import client_floor, noise_range
 from sims.fedavg_loop import run_fedavg

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
 from dirichlet_fl.data import load_dataset
-from dirichlet_fl.task import FederatedSplit, federated_split
+from dirichlet_fl.split import FederatedSplit, federated_split
 from privacy.analysis import PAPER_DELTA
 from sims.accuracy_vs_epsilon import client_floor
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dirichlet_fl.partition import label_counts, plot_label_counts
-from dirichlet_fl.task import federated_split
+from dirichlet_fl.split import federated_split
 from sims.study.plan import Cell, Study, clients_of, run_config
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ from flwr.app import Context, RecordDict
 
 from cli.main import main
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.task import federated_split, initial_model
+from dirichlet_fl.run_model import initial_model
+from dirichlet_fl.split import federated_split
 
 RUN_CONFIG = [  # (--run-config text, the key the message must name)
     ("target-epsilon=-1", "target-epsilon"),

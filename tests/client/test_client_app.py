@@ -13,7 +13,8 @@ from flwr.app import ArrayRecord
 import client.client_app as client_app
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, code_fingerprint
-from dirichlet_fl.task import federated_split, initial_model
+from dirichlet_fl.run_model import initial_model
+from dirichlet_fl.split import federated_split
 from privacy.registry import restore_mechanism
 from tests.helpers import client_context, train_message
 

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from client.round import Client, train_round
+from client.setup import client_learning_rate
 from dirichlet_fl.config import LearningRateConfig, RunConfig
-from dirichlet_fl.task import ClientShard, client_learning_rate, initial_model
+from dirichlet_fl.run_model import initial_model
+from dirichlet_fl.split import ClientShard
 from privacy.dirichlet import dirichlet_nll_loss
 from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, MechanismSpec, NoPrivacy
@@ -92,6 +94,6 @@ def test_the_reply_carries_each_clients_own_rate() -> None:
 
 
 def _digits():
-    from dirichlet_fl.task import federated_split
+    from dirichlet_fl.split import federated_split
 
     return federated_split(RunConfig().split_spec(4)).data

@@ -8,7 +8,8 @@ from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, get_norm
 
 from client.client_app import app as client_app
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.task import federated_split, initial_model
+from dirichlet_fl.run_model import initial_model
+from dirichlet_fl.split import federated_split
 from tests.helpers import client_context, train_message
 
 

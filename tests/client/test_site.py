@@ -20,8 +20,9 @@ from client.site_ledger import SiteLedger
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import load_dataset, write_site_file
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, POLICY_REFUSED, SETUP_FAILED
+from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.simulation import APP_DIR
-from dirichlet_fl.task import federated_split, initial_model
+from dirichlet_fl.split import federated_split
 from tests.helpers import set_task_identity, train_message
 
 RUN = {"num-server-rounds": 2, "local-steps": 4, "partitioner": "iid"}

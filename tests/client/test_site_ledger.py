@@ -165,7 +165,8 @@ def arrays(context: Any) -> Any:
     from flwr.app import ArrayRecord
 
     from dirichlet_fl.config import RunConfig
-    from dirichlet_fl.task import federated_split, initial_model
+    from dirichlet_fl.run_model import initial_model
+    from dirichlet_fl.split import federated_split
 
     config = RunConfig.from_run_config(context.run_config)
     return ArrayRecord(initial_model(config, federated_split(config.split_spec(2)).data).state_dict())

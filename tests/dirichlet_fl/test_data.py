@@ -12,13 +12,7 @@ import pytest
 import scipy.io
 import torch
 
-from dirichlet_fl.data import (
-    AUGMENTED_BY_DEFAULT,
-    ImageData,
-    dataset_names,
-    load_dataset,
-    random_crop_flip,
-)
+from dirichlet_fl.data import ImageData, dataset_names, load_dataset
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -243,7 +237,7 @@ def test_digits_are_embedded_split_80_20_and_normalised() -> None:
     assert np.bincount(data.test_y.numpy()).min() >= 35  # stratified: ~36 per class
     assert abs(float(data.train_x.mean())) < 1e-5
     assert torch.equal(load_dataset("digits").train_y, data.train_y)
-    assert "digits" in dataset_names() and "cifar10" in AUGMENTED_BY_DEFAULT and "mnist" not in AUGMENTED_BY_DEFAULT
+    assert "digits" in dataset_names()
 
 
 def test_image_data_rejects_inconsistent_tensors() -> None:
@@ -254,53 +248,3 @@ def test_image_data_rejects_inconsistent_tensors() -> None:
         ImageData("t", x, y, x, y + 5, 2, ("a", "b"))
     with pytest.raises(ValueError, match="val_x and val_y"):
         ImageData("t", x, y, x, y, 2, ("a", "b"), val_x=x)
-
-
-def reference_crop_flip(x: torch.Tensor, top: int, left: int, flip: bool, padding: int) -> torch.Tensor:
-    """One example's crop, written the slow obvious way."""
-    padded = torch.nn.functional.pad(x, (padding,) * 4)
-    crop = padded[:, top : top + x.shape[1], left : left + x.shape[2]]
-    return crop.flip(-1) if flip else crop
-
-
-def test_random_crop_flip_is_a_per_example_padded_crop_and_optional_flip() -> None:
-    x = torch.randn(64, 3, 6, 6)
-    out = random_crop_flip(x, torch.Generator().manual_seed(0), padding=2)
-    assert out.shape == x.shape
-    seen = set()
-    for i in range(len(x)):
-        matches = [
-            (top, left, flip)
-            for top in range(5)
-            for left in range(5)
-            for flip in (False, True)
-            if torch.equal(out[i], reference_crop_flip(x[i], top, left, flip, 2))
-        ]
-        assert len(matches) == 1
-        seen.add(matches[0])
-    assert len(seen) > 20  # offsets and flips vary across the batch
-    again = random_crop_flip(x, torch.Generator().manual_seed(0), padding=2)
-    assert torch.equal(out, again)
-
-
-def test_random_crop_flip_without_padding_only_flips_and_checks_its_input() -> None:
-    x = torch.randn(32, 1, 5, 5)
-    out = random_crop_flip(x, torch.Generator().manual_seed(1), padding=0)
-    flipped = torch.tensor([torch.equal(o, xi.flip(-1)) for o, xi in zip(out, x)])
-    kept = torch.tensor([torch.equal(o, xi) for o, xi in zip(out, x)])
-    assert bool((flipped | kept).all()) and 0 < int(flipped.sum()) < 32
-    with pytest.raises(ValueError, match="padding=-1"):
-        random_crop_flip(x, torch.Generator(), padding=-1)
-    with pytest.raises(ValueError, match="N x C x H x W"):
-        random_crop_flip(x[0], torch.Generator())
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("generator_device", ["cuda", "cpu"])
-def test_random_crop_flip_runs_on_the_gpu(generator_device: str) -> None:
-    x = torch.randn(16, 3, 6, 6, device="cuda")
-    out = random_crop_flip(x, torch.Generator(device=generator_device).manual_seed(0), padding=1)
-    assert out.device == x.device
-    for xi, oi in zip(x.cpu(), out.cpu()):
-        candidates = [reference_crop_flip(xi, t, left, f, 1) for t in range(3) for left in range(3) for f in (False, True)]
-        assert any(torch.equal(oi, candidate) for candidate in candidates)

@@ -178,7 +178,8 @@ def test_a_client_trains_under_secure_rng_and_says_so(mechanism: str) -> None:
 
     import client.client_app as client_app
     from dirichlet_fl.config import RunConfig
-    from dirichlet_fl.task import federated_split, initial_model
+    from dirichlet_fl.run_model import initial_model
+    from dirichlet_fl.split import federated_split
     from tests.helpers import client_context, train_message
 
     context = client_context({"local-steps": 4, "partitioner": "iid", "mechanism": mechanism, "secure-rng": True})
