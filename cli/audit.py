@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
 def _audit(run_dir: Path, options: AuditOptions, references: int) -> RunAudit:
     """Load the run, train its reference runs when asked (progress on stderr), and audit it."""
     from dirichlet_fl.run_audit import audit_finished_run, pooled_candidates
-    from dirichlet_fl.runs import load_run
+    from dirichlet_fl.run_reader import load_run
 
     run = load_run(run_dir)
     if not references:

@@ -1,6 +1,6 @@
 """Pictures of run folders: curves.png (written after every round) and `dirichlet-fl plot` overlays.
 
-Read from a run folder's rounds.csv and ledger.csv (dirichlet_fl.runs), so a picture shows exactly
+Read from a run folder's rounds.csv and ledger.csv (dirichlet_fl.run_writer), so a picture shows exactly
 what the files hold. Three panels: central test accuracy (with balanced accuracy and macro AUC, dashed
 and dotted, where rounds.csv has them) and central loss per round, and each
 client's eps (at the run's delta) over the rounds against its target, refusals marked. With several

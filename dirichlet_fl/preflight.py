@@ -28,7 +28,7 @@ from flwr.common.config import flatten_dict, get_fused_config_from_dir, get_proj
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
 from dirichlet_fl.config import MAX_LOCAL_STEPS, RunConfig, clients_per_round
 from dirichlet_fl.device import resolve_device
-from dirichlet_fl.runs import check_resumable, read_checkpoint, read_json
+from dirichlet_fl.run_reader import check_resumable, read_checkpoint, read_json
 from dirichlet_fl.split import FederatedSplit, federated_split
 from privacy.analysis import UnreachableEpsilonError, epsilon_floor
 

@@ -25,7 +25,7 @@ from dirichlet_fl.evaluation import evaluate
 from dirichlet_fl.paths import APP_DIR
 from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
 from dirichlet_fl.run_model import build_run_model, initial_model
-from dirichlet_fl.runs import COMPLETED, FAILED, RoundRecord, RunWriter
+from dirichlet_fl.run_writer import COMPLETED, FAILED, RoundRecord, RunWriter
 from dirichlet_fl.split import federated_split
 from privacy.registry import covers
 from strategies.private_fedavg import PrivateFedAvg

@@ -24,7 +24,7 @@ import torch
 
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.run_audit import Candidates, ReferenceModels
-from dirichlet_fl.runs import FinishedRun
+from dirichlet_fl.run_reader import FinishedRun
 from dirichlet_fl.split import ClientShard, federated_split
 from privacy.audit.attacks import per_example_losses
 from sims.fedavg_loop import FedAvgLoop

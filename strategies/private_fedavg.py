@@ -45,7 +45,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from dirichlet_fl.config import RunConfig, clients_per_round
 from dirichlet_fl.protocol import REFUSALS, SETUP_FAILED, number, parse_error_reason
-from dirichlet_fl.runs import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
+from dirichlet_fl.run_writer import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
 from strategies.replies import NODE_UNAVAILABLE, attribute_replies, exchange
 
 JOIN_PATIENCE_S = 60.0

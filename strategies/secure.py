@@ -77,7 +77,7 @@ from flwr.supercore.differential_privacy import (
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import ARRAY_KEYS, CLIPPED_COUNT_NOISE_STD, NOISE_SHARE_STD
-from dirichlet_fl.runs import RoundRecord
+from dirichlet_fl.run_writer import RoundRecord
 from privacy.client_level import (
     AdaptiveClipping,
     ClientLevelAccountant,

@@ -12,21 +12,21 @@ import signal
 import sys
 from typing import Any
 
-from dirichlet_fl import runs
+from dirichlet_fl import run_writer
 from dirichlet_fl.simulation import simulate
 
 
 def main() -> None:
     overrides, supernodes, kill_round = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    record_round = runs.RunWriter.record_round
+    record_round = run_writer.RunWriter.record_round
 
-    def record_then_die(self: runs.RunWriter, record: runs.RoundRecord, *args: Any) -> dict[str, Any]:
+    def record_then_die(self: run_writer.RunWriter, record: run_writer.RoundRecord, *args: Any) -> dict[str, Any]:
         row = record_round(self, record, *args)
         if record.server_round == kill_round:
             os.kill(os.getpid(), signal.SIGKILL)
         return row
 
-    runs.RunWriter.record_round = record_then_die  # type: ignore[method-assign]
+    run_writer.RunWriter.record_round = record_then_die  # type: ignore[method-assign]
     simulate(overrides, supernodes)
 
 

@@ -18,7 +18,8 @@ from dirichlet_fl.config import DataConfig, RunConfig
 from dirichlet_fl.evaluation import evaluate
 from dirichlet_fl.run_audit import audit_run, matched_candidates, pooled_candidates
 from dirichlet_fl.run_model import build_run_model
-from dirichlet_fl.runs import CHECKPOINT, ClientLedger, load_run, save_round_updates
+from dirichlet_fl.run_reader import CHECKPOINT, load_run
+from dirichlet_fl.run_writer import ClientLedger, save_round_updates
 from dirichlet_fl.split import federated_split
 from privacy.audit.verdict import VERDICTS
 from privacy.registry import covers

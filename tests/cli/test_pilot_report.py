@@ -30,7 +30,7 @@ from cli.pilot_report import (
     site_outcome,
 )
 from cli.processes import start_process, stop_processes, wait_exit
-from dirichlet_fl.runs import COMPLETED, LEDGER_COLUMNS, STOPPED_NO_CLIENT
+from dirichlet_fl.run_writer import COMPLETED, LEDGER_COLUMNS, STOPPED_NO_CLIENT
 
 
 def row(round_: int, client: int, status: str, reason: str = "") -> dict[str, str]:

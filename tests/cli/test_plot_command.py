@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord
 from cli.main import main
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.plots import read_curves
-from dirichlet_fl.runs import RoundRecord, RunWriter
+from dirichlet_fl.run_writer import RoundRecord, RunWriter
 
 
 def make_run(root: Path, name: str, target: float) -> Path:

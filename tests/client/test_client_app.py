@@ -135,7 +135,7 @@ def test_a_failure_after_partial_training_is_recorded_with_the_clients_true_eps(
     7 steps, with the eps an independent recomputation from (q, 7, r) gives; the durable ledger was
     written ahead (the whole round composed) before the first step ran."""
     import client.training
-    from dirichlet_fl.runs import RunWriter
+    from dirichlet_fl.run_writer import RunWriter
     from privacy.analysis import epsilon
     from strategies.private_fedavg import PrivateFedAvg
 

@@ -11,7 +11,8 @@ import torch
 from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.runs import RoundRecord, RunWriter, load_round_updates
+from dirichlet_fl.run_reader import load_round_updates
+from dirichlet_fl.run_writer import RoundRecord, RunWriter
 
 
 def trained(partition: int, eps: float, steps: int) -> dict[str, float]:

@@ -160,7 +160,7 @@ def test_train_locally_draws_its_privacy_randomness_from_the_csprng_not_the_seed
 def test_secure_rng_is_a_run_config_key_and_the_summary_says_secure() -> None:
     from dirichlet_fl.config import RunConfig
     from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED, NOISE_SECURE
-    from dirichlet_fl.runs import RoundRecord
+    from dirichlet_fl.run_writer import RoundRecord
 
     assert RunConfig.from_run_config({"secure-rng": "true", "mechanism": "dpsgd"}).secure_rng
     assert not RunConfig().secure_rng

@@ -1,4 +1,4 @@
-"""The run folder, written by the server as a run goes and read back by the tools.
+"""The run folder, written by the server as a run goes (dirichlet_fl.run_reader reads it back).
 
 results-dir/<run>/ holds config.json (the resolved run config and the number of clients),
 rounds.csv (one row per round), ledger.csv (one row per client event: trained, refused or failed in a
@@ -8,8 +8,8 @@ sampled 10 at a time write about 10 rows a round, not 10,000), model.pt (the glo
 weights of the last complete round), checkpoint.pt (everything a resumed run needs: the round, the
 weights, the strategy's state and every client's last known ledger), ledgers/ (each simulated
 client's own durable ledger file, client/ledger_store.py), curves.png (accuracy, loss and every
-client's eps against its target, redrawn after every round; dirichlet_fl.plots) and summary.json (written at the end, with
-the run's `status`: completed, stopped-no-client-can-train or failed). After every round the weights
+client's eps against its target, redrawn after every round; dirichlet_fl.plots) and summary.json
+(written at the end, with the run's `status`: completed, stopped-no-client-can-train or failed). After every round the weights
 are written first, then the rows, then the checkpoint, each atomically (dirichlet_fl.files), so a run
 killed at any point leaves a consistent record of every round it completed, and a resumed run
 (RunWriter.resume) cuts any rows past its checkpoint and appends from there.
@@ -34,15 +34,20 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.app import ArrayRecord
-from torch import nn
 
-from dirichlet_fl.config import RESUMABLE_KEYS, RunConfig
-from dirichlet_fl.data import ImageData
+from dirichlet_fl.config import RunConfig
 from dirichlet_fl.files import append_atomically, write_atomically
 from dirichlet_fl.plots import CURVES_FILE, plot_runs
 from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED, NOISE_SECURE
-from dirichlet_fl.run_model import build_run_model
-from dirichlet_fl.split import federated_split
+from dirichlet_fl.run_reader import (
+    CHECKPOINT,
+    UPDATES_DIR,
+    check_resumable,
+    json_number,
+    read_checkpoint,
+    read_json,
+    read_rows,
+)
 from privacy.client_level import COVERS as CLIENT_LEVEL_COVERS
 
 ROUND_COLUMNS = [
@@ -68,7 +73,6 @@ STOPPED_NO_CLIENT = "stopped-no-client-can-train"
 """No client was left to train, or none trained for max-idle-rounds consecutive rounds."""
 FAILED = "failed"
 """The server stopped on an error (summary.json's `status_reason` says which)."""
-CHECKPOINT = "checkpoint.pt"
 
 
 @dataclass
@@ -144,25 +148,8 @@ def _noise_label(metrics: dict[str, Any]) -> str:
     return NOISE_FROM_SECRET if metrics.get("node-secret") else NOISE_FROM_SEED
 
 
-def _json_number(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
 def _write_json(path: Path, payload: object) -> None:
     write_atomically(path, (json.dumps(payload, indent=2, allow_nan=False) + "\n").encode())
-
-
-def _refuse_constant(name: str) -> float:
-    raise json.JSONDecodeError(f"{name} is not a number a run file holds", name, 0)
-
-
-def read_json(path: Path) -> Any:
-    """A JSON file of a run folder; raises ValueError naming the file when it is corrupt (NaN and Infinity
-    included: _write_json never writes them, so one there was put there by hand)."""
-    try:
-        return json.loads(path.read_text(), parse_constant=_refuse_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is corrupt ({error}); it is not a readable dirichlet-fl run file") from None
 
 
 def _csv_text(columns: list[str], rows: list[dict[str, Any]], header: bool = False) -> str:
@@ -224,8 +211,8 @@ class RunWriter:
         writer.started -= float(checkpoint["seconds"])
         writer.noise = set(checkpoint.get("noise", []))
         last = int(checkpoint["round"])
-        writer.rounds = [row for row in _read_rows(directory / "rounds.csv") if int(row["round"]) <= last]
-        ledger_rows = [row for row in _read_rows(directory / "ledger.csv") if int(row["round"]) <= last]
+        writer.rounds = [row for row in read_rows(directory / "rounds.csv") if int(row["round"]) <= last]
+        ledger_rows = [row for row in read_rows(directory / "ledger.csv") if int(row["round"]) <= last]
         write_atomically(directory / "rounds.csv", _csv_text(ROUND_COLUMNS, writer.rounds, header=True).encode())
         write_atomically(directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows, header=True).encode())
         writer.save_weights_dict(checkpoint["weights"])
@@ -254,7 +241,8 @@ class RunWriter:
             **{f"client_level_{key}": record.client_level.get(key, math.nan) for key in CLIENT_LEVEL_KEYS},
         }
         self.client_level = record.client_level or self.client_level
-        ledger_rows = [{"round": record.server_round, "client": c, **entry} for c, entry in self._update_ledger(record).items()]
+        changed = self._update_ledger(record)
+        ledger_rows = [{"round": record.server_round, "client": c, **entry} for c, entry in changed.items()]
         append_atomically(self.directory / "rounds.csv", _csv_text(ROUND_COLUMNS, [row]))
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows))
         self.rounds.append(row)
@@ -291,7 +279,8 @@ class RunWriter:
                 ledger.failed_rounds += not refused
             elif client in record.spent:
                 status = "spent"
-                reason = f"budget spent: eps {ledger.epsilon:.4f} of {ledger.target_epsilon:g} at delta={self.config.delta:g}"
+                reason = (f"budget spent: eps {ledger.epsilon:.4f} of {ledger.target_epsilon:g} "
+                          f"at delta={self.config.delta:g}")
                 ledger.refused_rounds += 1
             elif client in record.excluded:
                 status, reason = "excluded", "its setup failed (see its failed row); not sampled again"
@@ -322,7 +311,7 @@ class RunWriter:
         if self.config.client_level.mode == "none":
             return None
         return {
-            **{key: _json_number(self.client_level.get(key, math.nan)) for key in CLIENT_LEVEL_KEYS},
+            **{key: json_number(self.client_level.get(key, math.nan)) for key in CLIENT_LEVEL_KEYS},
             "noise_multiplier": self.config.client_level.noise_multiplier,
             "clipping": "adaptive" if self.config.client_level.mode == "adaptive" else "fixed",
             "initial_clipping_norm": self.config.client_level.clipping_norm,
@@ -338,21 +327,22 @@ class RunWriter:
         write_atomically(self.directory / "model.pt", buffer.getvalue())
 
     def finish(
-        self, final_accuracy: float, final_loss: float, assumptions_hold: bool, status: str = COMPLETED, reason: str = ""
+        self, final_accuracy: float, final_loss: float, assumptions_hold: bool, status: str = COMPLETED,
+        reason: str = "",
     ) -> dict[str, Any]:
         """Write summary.json: the run's status, final accuracy, rounds run and every client's privacy position."""
         summary = {
             "status": status,
             "status_reason": reason,
-            "final_accuracy": _json_number(final_accuracy),
-            "final_loss": _json_number(final_loss),
+            "final_accuracy": json_number(final_accuracy),
+            "final_loss": json_number(final_loss),
             "rounds": len(self.rounds),
             "mechanism": self.config.mechanism,
             "delta": self.config.delta,
             "epsilon_covers": self.covers,
             "noise": " and ".join(sorted(self.noise)) or "no client trained",
             "accountant_assumptions_hold": assumptions_hold,
-            "max_epsilon": _json_number(max((c.epsilon for c in self.clients.values()), default=0.0)),
+            "max_epsilon": json_number(max((c.epsilon for c in self.clients.values()), default=0.0)),
             "secure_aggregation": self.config.secagg.mode,
             "client_dp": self.config.client_level.mode,
             "client_level": self._client_level_summary(),
@@ -361,56 +351,21 @@ class RunWriter:
                 {
                     "id": client,
                     "target_epsilon": ledger.target_epsilon,
-                    "epsilon": _json_number(ledger.epsilon),
+                    "epsilon": json_number(ledger.epsilon),
                     "delta": self.config.delta,
                     "steps": ledger.steps,
-                    "sample_rate": _json_number(ledger.sample_rate),
-                    "learning_rate": _json_number(ledger.learning_rate),
+                    "sample_rate": json_number(ledger.sample_rate),
+                    "learning_rate": json_number(ledger.learning_rate),
                     **{key.replace("-", "_"): value for key, value in ledger.noise.items()},
                     "refused_rounds": ledger.refused_rounds,
                     "failed_rounds": ledger.failed_rounds,
-                    "client_level_epsilon": _json_number(self.client_level.get("epsilon", math.nan)),
+                    "client_level_epsilon": json_number(self.client_level.get("epsilon", math.nan)),
                 }
                 for client, ledger in self.clients.items()
             ],
         }
         _write_json(self.directory / "summary.json", summary)
         return summary
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def read_checkpoint(directory: Path) -> dict[str, Any]:
-    """The run's last checkpoint; ValueError naming the folder when there is none or it is unreadable."""
-    path = directory / CHECKPOINT
-    if not path.is_file():
-        raise ValueError(
-            f"resume-from={str(directory)!r} holds no {CHECKPOINT}: give the folder of a run that completed at least one round"
-        )
-    try:
-        return dict(torch.load(path, map_location="cpu", weights_only=True))
-    except Exception as error:  # torch raises several types for a damaged file
-        raise ValueError(f"{path} cannot be read ({type(error).__name__}); the run cannot be resumed from it") from None
-
-
-def check_resumable(original: RunConfig, resumed: RunConfig) -> None:
-    """Refuse a resumed config that changes the data, the split, the model or the accounting: only the
-    keys in RESUMABLE_KEYS may differ. Raises ValueError naming the first changed key."""
-    before, after = original.to_run_config(), resumed.to_run_config()
-    for key in before:
-        if key not in RESUMABLE_KEYS and before[key] != after[key]:
-            raise ValueError(
-                f"{key}={after[key]!r} differs from the resumed run's {key}={before[key]!r}: a resumed run must keep "
-                f"every key that fixes its data, split, model and privacy accounting (only {sorted(RESUMABLE_KEYS)} "
-                "may change)"
-            )
-
-
-RUN_FILES = ("config.json", "summary.json", "model.pt")
-UPDATES_DIR = "updates"
 
 
 def flatten_state(state: dict[str, torch.Tensor]) -> np.ndarray:
@@ -431,93 +386,3 @@ def save_round_updates(directory: Path, server_round: int, sent: ArrayRecord, re
     target = folder / f"round-{server_round:04d}.npz"
     write_atomically(target, buffer.getvalue())
     return target
-
-
-@dataclass(frozen=True)
-class RoundUpdates:
-    """One round as the coordinator saw it: the global weights sent and each trainer's update (flattened)."""
-
-    server_round: int
-    global_weights: np.ndarray
-    updates: dict[int, np.ndarray]
-
-
-def load_round_updates(run_dir: str | Path) -> list[RoundUpdates]:
-    """Every kept round in order; FileNotFoundError (naming the fix) when the run did not keep updates."""
-    folder = Path(run_dir) / UPDATES_DIR
-    files = sorted(folder.glob("round-*.npz")) if folder.is_dir() else []
-    if not files:
-        raise FileNotFoundError(
-            f"{run_dir}: no {UPDATES_DIR}/round-*.npz; run with --run-config 'keep-updates=true' to keep the "
-            "per-round client updates the update view audits"
-        )
-    rounds = []
-    for path in files:
-        with np.load(path) as stored:
-            updates = {int(key.split("-", 1)[1]): stored[key] for key in stored.files if key.startswith("client-")}
-            rounds.append(RoundUpdates(int(path.stem.split("-")[1]), stored["global"], updates))
-    return rounds
-
-
-@dataclass(frozen=True)
-class FinishedRun:
-    """Everything an analysis of a finished run needs; the split is re-derived from the config."""
-
-    directory: Path
-    config: RunConfig
-    num_clients: int
-    summary: dict
-    model: nn.Module
-    data: ImageData
-    train_parts: list[np.ndarray]
-
-
-def load_run(run_dir: str | Path) -> FinishedRun:
-    """Load results-dir/<run>/; raises FileNotFoundError naming the missing file.
-
-    A run killed before its end has no summary.json: its last checkpoint stands in for it (status
-    `interrupted`, every client's ledger as of that round, which matches model.pt's round)."""
-    directory = Path(run_dir)
-    interrupted = not (directory / "summary.json").is_file() and (directory / CHECKPOINT).is_file()
-    for name in RUN_FILES:
-        if not (directory / name).is_file() and not (interrupted and name == "summary.json"):
-            raise FileNotFoundError(f"{directory}: missing {name}; is this a finished dirichlet-fl run folder?")
-    stored = read_json(directory / "config.json")
-    config = RunConfig.from_run_config(stored["run_config"])
-    num_clients = int(stored["num_clients"])
-    split = federated_split(config.split_spec(num_clients))
-    model = build_run_model(config, split.data)
-    model.load_state_dict(torch.load(directory / "model.pt", map_location="cpu", weights_only=True))
-    model.eval()
-    return FinishedRun(
-        directory=directory,
-        config=config,
-        num_clients=num_clients,
-        summary=_interrupted_summary(directory, config) if interrupted else read_json(directory / "summary.json"),
-        model=model,
-        data=split.data,
-        train_parts=split.train_parts,
-    )
-
-
-def _interrupted_summary(directory: Path, config: RunConfig) -> dict[str, Any]:
-    """What summary.json would hold about the clients' privacy and the model's accuracy, read from the
-    last checkpoint and its round's row of rounds.csv."""
-    checkpoint = read_checkpoint(directory)
-    clients = {int(client): ClientLedger(**ledger) for client, ledger in checkpoint["clients"].items()}
-    last = str(int(checkpoint["round"]))
-    accuracy = [float(row["central_accuracy"]) for row in _read_rows(directory / "rounds.csv") if row["round"] == last]
-    return {
-        "status": "interrupted",
-        "final_accuracy": accuracy[-1] if accuracy else None,
-        "status_reason": f"the run stopped after round {int(checkpoint['round'])} without a summary",
-        "rounds": int(checkpoint["round"]),
-        "mechanism": config.mechanism,
-        "delta": config.delta,
-        "accountant_assumptions_hold": not config.allow_batch_norm,
-        "clients": [
-            {"id": client, "target_epsilon": ledger.target_epsilon, "epsilon": _json_number(ledger.epsilon),
-             "delta": config.delta, "steps": ledger.steps, "sample_rate": _json_number(ledger.sample_rate)}
-            for client, ledger in sorted(clients.items())
-        ],
-    }
