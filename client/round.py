@@ -22,9 +22,10 @@ from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.augmentation import augmentation
 from dirichlet_fl.client_plan import mechanism_spec
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.data import ImageData, dataset_num_classes
+from dirichlet_fl.data import dataset_num_classes
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.evaluation import evaluate
+from dirichlet_fl.image_data import ImageData
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, Metrics, error_reason, one_line
 from dirichlet_fl.run_model import build_run_model
 from dirichlet_fl.split import ClientShard, cached_client_shard, client_shard, federated_split, site_shard

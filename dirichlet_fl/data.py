@@ -13,14 +13,12 @@ from __future__ import annotations
 import functools
 import gzip
 import math
-import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import Tensor
+
+from dirichlet_fl.image_data import ImageData, Split, to_image_data
 
 if TYPE_CHECKING:
     from medmnist.dataset import MedMNIST2D
@@ -29,7 +27,6 @@ DEFAULT_DATA_ROOT = Path.home() / ".cache" / "dirichlet-fl" / "data"
 SPLIT_SEED = 0
 """Seed of the stratified 80/20 train/test splits made here (digits, and mnist-idx with t10k files only)."""
 TEST_FRACTION = 0.2
-
 MEDMNIST_TASKS = ("multi-class", "binary-class")
 """MedMNIST tasks with one class label per example: the only ones a softmax over classes can learn."""
 TORCHVISION_MNIST = ("mnist", "fashionmnist")
@@ -59,74 +56,6 @@ def dataset_names() -> tuple[str, ...]:
     import medmnist
 
     return (*BUILTIN_DATASETS, *(flag for flag in medmnist_2d() if medmnist.INFO[flag]["task"] in MEDMNIST_TASKS))
-
-Split = tuple[np.ndarray, np.ndarray]
-"""(images N x C x H x W, labels N) as read from disk, before scaling and normalisation."""
-
-
-@dataclass(frozen=True, eq=False)
-class ImageData:
-    """A labelled image data set: normalised float32 N x C x H x W images and int64 labels per split.
-
-    `val_x`/`val_y` are None when the data set has no validation split. Equality is identity
-    (eq=False): comparing tensors element-wise has no single truth value.
-    """
-
-    name: str
-    train_x: Tensor
-    train_y: Tensor
-    test_x: Tensor
-    test_y: Tensor
-    num_classes: int
-    class_names: tuple[str, ...]
-    val_x: Tensor | None = None
-    val_y: Tensor | None = None
-
-    def __post_init__(self) -> None:
-        """Reject tensors of the wrong type or shape, and labels outside [0, num_classes)."""
-        if (self.val_x is None) != (self.val_y is None):
-            raise ValueError("val_x and val_y must both be tensors or both be None")
-        if len(self.class_names) != self.num_classes:
-            raise ValueError(
-                f"class_names has {len(self.class_names)} entries; num_classes={self.num_classes}"
-            )
-        if self.train_x.ndim != 4 or self.train_x.shape[2] != self.train_x.shape[3]:
-            raise ValueError(f"train_x must be N x C x H x W with H == W, got {tuple(self.train_x.shape)}")
-        for split, (x, y) in self.splits().items():
-            _check_split(split, x, y, tuple(self.train_x.shape[1:]), self.num_classes)
-
-    def splits(self) -> dict[str, tuple[Tensor, Tensor]]:
-        """The present splits by name ("train", "val" when present, "test")."""
-        splits = {"train": (self.train_x, self.train_y), "test": (self.test_x, self.test_y)}
-        if self.val_x is not None and self.val_y is not None:
-            splits["val"] = (self.val_x, self.val_y)
-        return splits
-
-    @property
-    def in_channels(self) -> int:
-        """Number of image channels C."""
-        return int(self.train_x.shape[1])
-
-    @property
-    def image_size(self) -> int:
-        """Side length of the square images, in pixels."""
-        return int(self.train_x.shape[-1])
-
-
-def _check_split(split: str, x: Tensor, y: Tensor, image_shape: tuple[int, ...], num_classes: int) -> None:
-    """Raise ValueError unless one split has float32 images of `image_shape` and matching int64 labels."""
-    if x.dtype != torch.float32 or tuple(x.shape[1:]) != image_shape:
-        raise ValueError(
-            f"{split}_x must be float32 N x {' x '.join(map(str, image_shape))}, "
-            f"got {x.dtype} {tuple(x.shape)}"
-        )
-    if y.dtype != torch.int64 or y.shape != (x.shape[0],):
-        raise ValueError(f"{split}_y must be int64 of shape ({x.shape[0]},), got {y.dtype} {tuple(y.shape)}")
-    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
-        raise ValueError(
-            f"{split}_y has labels in [{int(y.min())}, {int(y.max())}]; valid range is [0, {num_classes - 1}]"
-        )
-
 
 def load_dataset(
     name: str, data_root: str | None = None, *, download: bool = False, size: int = 28
@@ -159,32 +88,6 @@ def load_dataset(
     return _load_svhn(root, download)
 
 
-def _to_image_data(
-    name: str, splits: dict[str, Split], class_names: tuple[str, ...], scale: float
-) -> ImageData:
-    """Scale pixel values by 1/scale and normalise every split with the training split's channel statistics."""
-    tensors = {
-        split: (torch.tensor(x, dtype=torch.float32).div_(scale), torch.tensor(y, dtype=torch.int64).reshape(-1))
-        for split, (x, y) in splits.items()
-    }
-    std, mean = torch.std_mean(tensors["train"][0], dim=(0, 2, 3), correction=0)
-    std = torch.where(std > 0, std, torch.ones_like(std))
-    for x, _ in tensors.values():
-        x.sub_(mean[:, None, None]).div_(std[:, None, None])
-    val_x, val_y = tensors.get("val", (None, None))
-    return ImageData(
-        name=name,
-        train_x=tensors["train"][0],
-        train_y=tensors["train"][1],
-        test_x=tensors["test"][0],
-        test_y=tensors["test"][1],
-        num_classes=len(class_names),
-        class_names=class_names,
-        val_x=val_x,
-        val_y=val_y,
-    )
-
-
 def stratified_split(
     labels: np.ndarray, fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -213,7 +116,7 @@ def _load_digits() -> ImageData:
     images, labels = bunch.images[:, None], bunch.target
     train, test = stratified_split(labels)
     splits = {"train": (images[train], labels[train]), "test": (images[test], labels[test])}
-    return _to_image_data("digits", splits, tuple(str(c) for c in bunch.target_names), 16.0)
+    return to_image_data("digits", splits, tuple(str(c) for c in bunch.target_names), 16.0)
 
 
 def _find_idx(folder: Path, stem: str) -> Path | None:
@@ -270,7 +173,7 @@ def _load_mnist_idx(folder: Path, download: bool) -> ImageData:
     else:
         train, held_out = stratified_split(test[1])
         splits = {"train": (test[0][train], test[1][train]), "test": (test[0][held_out], test[1][held_out])}
-    return _to_image_data("mnist-idx", splits, tuple(str(d) for d in range(10)), 255.0)
+    return to_image_data("mnist-idx", splits, tuple(str(d) for d in range(10)), 255.0)
 
 
 def _ensure_decompressed(name: str, path: Path) -> None:
@@ -303,7 +206,7 @@ def _load_torchvision_mnist(key: str, root: Path, download: bool) -> ImageData:
         "train": (train.data.numpy()[:, None], train.targets.numpy()),
         "test": (test.data.numpy()[:, None], test.targets.numpy()),
     }
-    return _to_image_data(key, splits, tuple(cls.classes), 255.0)
+    return to_image_data(key, splits, tuple(cls.classes), 255.0)
 
 
 @functools.cache
@@ -342,7 +245,7 @@ def _load_cifar10(root: Path, download: bool) -> ImageData:
         "train": (train.data.transpose(0, 3, 1, 2), np.asarray(train.targets)),
         "test": (test.data.transpose(0, 3, 1, 2), np.asarray(test.targets)),
     }
-    return _to_image_data("cifar10", splits, tuple(train.classes), 255.0)
+    return to_image_data("cifar10", splits, tuple(train.classes), 255.0)
 
 
 @functools.cache
@@ -373,7 +276,7 @@ def _load_svhn(root: Path, download: bool) -> ImageData:
             raise _missing_file("svhn", path)
         dataset = reader(str(root), split=split)
         splits[split] = (dataset.data, dataset.labels)
-    return _to_image_data("svhn", splits, tuple(str(d) for d in range(10)), 255.0)
+    return to_image_data("svhn", splits, tuple(str(d) for d in range(10)), 255.0)
 
 
 def _load_medmnist(flag: str, root: Path, download: bool, size: int) -> ImageData:
@@ -399,7 +302,7 @@ def _load_medmnist(flag: str, root: Path, download: bool, size: int) -> ImageDat
         raise _missing_file(flag, path)
     splits = {split: _medmnist_split(cls(split=split, root=str(root), size=size)) for split in ("train", "val", "test")}
     class_names = tuple(info["label"][str(i)] for i in range(len(info["label"])))
-    return _to_image_data(flag, splits, class_names, 255.0)
+    return to_image_data(flag, splits, class_names, 255.0)
 
 
 def _medmnist_split(dataset: MedMNIST2D) -> Split:
@@ -409,10 +312,6 @@ def _medmnist_split(dataset: MedMNIST2D) -> Split:
         raise ValueError(f"{dataset.flag} {dataset.split}: expected labels of shape N x 1, got {labels.shape}")
     images = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
     return images, labels.reshape(-1)
-
-
-SITE_FILE_KEYS = ("train_images", "train_labels", "test_images", "test_labels")
-"""The arrays a site's data file must hold (medmnist's .npz layout; val_images/val_labels are optional)."""
 
 
 def dataset_num_classes(name: str) -> int:
@@ -425,63 +324,3 @@ def dataset_num_classes(name: str) -> int:
     import medmnist
 
     return len(medmnist.INFO[key]["label"])
-
-
-def load_site_file(path: str | Path, num_classes: int) -> ImageData:
-    """A site's own data: an .npz in the DermaMNIST layout (`train_images` N x H x W or N x H x W x C
-    uint8, `train_labels` N or N x 1, the same for `test_` and optionally `val_`), as medmnist writes.
-
-    Pixels are scaled by 1/255 and normalised with the site's own training statistics. Any missing,
-    unreadable or malformed file raises ValueError naming the file and what is wrong with it."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"data-file {path}: file not found")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except Exception as error:  # zip, header or pickle errors all mean the same to a site: unreadable
-        raise ValueError(f"data-file {path}: not a readable .npz ({type(error).__name__}: {error})") from None
-    missing = [key for key in SITE_FILE_KEYS if key not in arrays]
-    if missing:
-        raise ValueError(f"data-file {path}: missing arrays {missing}; expected {', '.join(SITE_FILE_KEYS)}")
-    splits: dict[str, Split] = {}
-    for split in ("train", "val", "test"):
-        if f"{split}_images" not in arrays:
-            continue
-        images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
-        if images.dtype != np.uint8 or images.ndim not in (3, 4) or labels.reshape(len(labels), -1).shape[1] != 1:
-            raise ValueError(
-                f"data-file {path}: {split}_images must be uint8 N x H x W (x C) and {split}_labels N or N x 1, "
-                f"got {images.dtype} {images.shape} and {labels.shape}"
-            )
-        images = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
-        splits[split] = (images, labels.reshape(-1))
-    try:
-        return _to_image_data(path.stem, splits, tuple(str(c) for c in range(num_classes)), 255.0)
-    except ValueError as error:
-        raise ValueError(f"data-file {path}: {error}") from None
-
-
-def write_site_file(path: str | Path, data: ImageData, train: np.ndarray, test: np.ndarray) -> Path:
-    """Write examples `train` and `test` of `data` as a site file (load_site_file's layout), atomically.
-
-    Images are rescaled to 0..255 uint8 per file, as a site's own export would be; for tests, the
-    pilot and consortia that rehearse with a public data set."""
-    path = Path(path)
-
-    def to_uint8(x: Tensor) -> np.ndarray:
-        low, high = float(data.train_x.min()), float(data.train_x.max())
-        scaled = ((x - low) / (high - low) * 255.0).round().clamp(0, 255).to(torch.uint8).numpy()
-        return scaled[:, 0] if scaled.shape[1] == 1 else scaled.transpose(0, 2, 3, 1)
-
-    arrays = {
-        "train_images": to_uint8(data.train_x[train]),
-        "train_labels": data.train_y[train].numpy().reshape(-1, 1).astype(np.uint8),
-        "test_images": to_uint8(data.test_x[test]),
-        "test_labels": data.test_y[test].numpy().reshape(-1, 1).astype(np.uint8),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp.npz")
-    np.savez_compressed(temporary, **arrays)  # type: ignore[arg-type]
-    os.replace(temporary, path)
-    return path

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.data import ImageData
+from dirichlet_fl.image_data import ImageData
 from dirichlet_fl.models import build_model
 from privacy.validation import validate_model
 

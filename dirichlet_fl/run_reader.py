@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from dirichlet_fl.config import RESUMABLE_KEYS, RunConfig
-from dirichlet_fl.data import ImageData
+from dirichlet_fl.image_data import ImageData
 from dirichlet_fl.run_model import build_run_model
 from dirichlet_fl.split import federated_split
 

@@ -18,8 +18,10 @@ import torch
 from torch import Tensor
 
 from dirichlet_fl.config import SplitSpec
-from dirichlet_fl.data import ImageData, load_dataset, load_site_file, stratified_split
+from dirichlet_fl.data import load_dataset, stratified_split
+from dirichlet_fl.image_data import ImageData
 from dirichlet_fl.partition import partition_indices
+from dirichlet_fl.site_file import load_site_file
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ def _on_device(data: ImageData, device: torch.device | str) -> ClientShard:
 
 
 def site_shard(data_file: str, num_classes: int, device: torch.device) -> tuple[ClientShard, ImageData]:
-    """A site's shard from its own data file (dirichlet_fl.data.load_site_file), and the data it came
+    """A site's shard from its own data file (dirichlet_fl.site_file.load_site_file), and the data it came
     from (for the model's input shape). Cached per process by the file's path, size and mtime."""
     stat = Path(data_file).stat() if Path(data_file).is_file() else None
     key = (data_file, stat.st_size, stat.st_mtime_ns) if stat else (data_file, -1, -1)

@@ -2,7 +2,7 @@
 
 The paper's setting (Section 4.1.2, one client): q = 0.005 (expected batch 250 of 50,000), T = 20,000
 steps (100 epochs of 1/q = 200 steps), alpha = 3, delta = 1e-5, SGD with learning rate 0.1 and no
-momentum, random crop + horizontal flip on the device (dirichlet_fl.data.random_crop_flip). The paper
+momentum, random crop + horizontal flip on the device (dirichlet_fl.augmentation.random_crop_flip). The paper
 reports about 30 s per epoch for Algorithm 1 and about 60 s for DP-SGD on a Quadro RTX 6000.
 
 Training is the app's client loop (client.training.train_locally) with the mechanism from

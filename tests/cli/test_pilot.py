@@ -20,7 +20,8 @@ from cli.certificates import make_node_keys
 from cli.federation import Federation
 from cli.main import main
 from cli.processes import DeploymentError
-from dirichlet_fl.data import load_dataset, write_site_file
+from dirichlet_fl.data import load_dataset
+from dirichlet_fl.site_file import write_site_file
 
 TEST_BUDGET_S = 600  # a hang guard; measured: about 60 s of CPU for the whole module (README, docs/consortium.md)
 RUN = "local-steps=10 batch-size=8 learning-rate=0.5"

@@ -18,10 +18,11 @@ import client.client_app as client_app
 from client.site import SitePolicy, node_secret, public_reason
 from client.site_ledger import SiteLedger
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.data import load_dataset, write_site_file
+from dirichlet_fl.data import load_dataset
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, POLICY_REFUSED, SETUP_FAILED
 from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.simulation import APP_DIR
+from dirichlet_fl.site_file import write_site_file
 from dirichlet_fl.split import federated_split
 from tests.helpers import set_task_identity, train_message
 

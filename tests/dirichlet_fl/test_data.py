@@ -12,7 +12,8 @@ import pytest
 import scipy.io
 import torch
 
-from dirichlet_fl.data import ImageData, dataset_names, load_dataset
+from dirichlet_fl.data import dataset_names, load_dataset
+from dirichlet_fl.image_data import ImageData
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
