@@ -96,6 +96,8 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
                         help="the app's default digits job, one seed, eps in {1, 4}: under 10 minutes")
     parser.add_argument("--dataset", default=defaults.dataset)
     parser.add_argument("--data-root", default=defaults.data_root)
+    parser.add_argument("--data-path", default=defaults.data_path,
+                        help="with --dataset npz: an .npz in medmnist's layout (a site's data-file format)")
     parser.add_argument("--num-clients", type=int, default=defaults.num_clients)
     parser.add_argument("--model", default=defaults.model, choices=sorted(MODELS),
                         help=f"network (default {defaults.model})")

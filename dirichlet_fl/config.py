@@ -76,6 +76,7 @@ class SplitSpec:
     seed: int
     num_clients: int
     validation_fraction: float = 0.0
+    data_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class DataConfig:
 
     dataset: str = setting("dataset", "digits")
     root: str = setting("data-root", "data")
+    path: str = setting("data-path", "")
     download: bool = setting("data-download", False)
     validation_fraction: float = setting("validation-fraction", 0.0)
     partitioner: str = setting("partitioner", "dirichlet")
@@ -93,6 +95,11 @@ class DataConfig:
 
     def validate(self) -> None:
         check_in_interval("validation-fraction", self.validation_fraction, 0.0, 0.5)
+        if (self.dataset == "npz") != bool(self.path):
+            raise ValueError(
+                f"data-path={self.path!r} with dataset={self.dataset!r}: dataset='npz' needs data-path (an .npz in "
+                "medmnist's layout) and data-path is read only with dataset='npz'; set both or neither"
+            )
         check_choice("partitioner", self.partitioner, PARTITIONERS)
         check_positive("beta", self.beta)
         check_integer("classes-per-client", self.classes_per_client, 1)
@@ -367,6 +374,7 @@ class RunConfig:
             seed=self.seed,
             num_clients=num_clients,
             validation_fraction=self.data.validation_fraction,
+            data_path=self.data.path,
         )
 
     def local_steps_per_round(self, sample_rate: float) -> int:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dirichlet_fl.image_data import ImageData, Split, to_image_data
+from dirichlet_fl.site_file import check_labels, read_npz_splits
 
 if TYPE_CHECKING:
     from medmnist.dataset import MedMNIST2D
@@ -31,6 +32,8 @@ MEDMNIST_TASKS = ("multi-class", "binary-class")
 """MedMNIST tasks with one class label per example: the only ones a softmax over classes can learn."""
 TORCHVISION_MNIST = ("mnist", "fashionmnist")
 BUILTIN_DATASETS = ("digits", "mnist-idx", *TORCHVISION_MNIST, "cifar10", "svhn")
+NPZ = "npz"
+"""The data set of one .npz file in medmnist's layout (a site's data-file format), at data-path."""
 """The data sets read without medmnist. torchvision, medmnist and scikit-learn are imported by the
 loader that needs them: together they cost about 0.7 s and 300 MB in every process that imports this
 module (the server, each Ray actor, the CLI), most of which only ever loads one data set."""
@@ -55,20 +58,25 @@ def dataset_names() -> tuple[str, ...]:
     """Every name `load_dataset` accepts (imports medmnist for its list of sets)."""
     import medmnist
 
-    return (*BUILTIN_DATASETS, *(flag for flag in medmnist_2d() if medmnist.INFO[flag]["task"] in MEDMNIST_TASKS))
+    medmnist_sets = (flag for flag in medmnist_2d() if medmnist.INFO[flag]["task"] in MEDMNIST_TASKS)
+    return (*BUILTIN_DATASETS, NPZ, *medmnist_sets)
+
 
 def load_dataset(
-    name: str, data_root: str | None = None, *, download: bool = False, size: int = 28
+    name: str, data_root: str | None = None, *, download: bool = False, size: int = 28, data_path: str | None = None
 ) -> ImageData:
     """Load data set `name` (see dataset_names()) from `data_root` (default DEFAULT_DATA_ROOT).
 
     Layouts under data_root are the readers' own: torchvision's `MNIST/raw/`, `FashionMNIST/raw/`,
     `cifar-10-batches-py/`, SVHN's `train_32x32.mat`/`test_32x32.mat`, medmnist's `<flag>[_size].npz`;
     for `mnist-idx`, data_root is the folder holding the IDX files. `size` picks a MedMNIST resolution
-    (28, 64, 128 or 224); the other sets have one native size and accept only the default.
+    (28, 64, 128 or 224); the other sets have one native size and accept only the default. `npz` reads
+    the one file `data_path` instead (_load_npz).
     """
     key = name.lower()
     root = Path(data_root).expanduser() if data_root is not None else DEFAULT_DATA_ROOT
+    if key == NPZ:
+        return _load_npz(data_path, download, size)
     if key not in BUILTIN_DATASETS:
         if key in medmnist_2d():
             return _load_medmnist(key, root, download, size)
@@ -314,9 +322,36 @@ def _medmnist_split(dataset: MedMNIST2D) -> Split:
     return images, labels.reshape(-1)
 
 
+def _load_npz(data_path: str | None, download: bool, size: int) -> ImageData:
+    """The data set in the .npz at `data_path`, in medmnist's layout (dirichlet_fl.site_file): its classes
+    are a MedMNIST set's when the file is named like one (`dermamnist.npz`, `dermamnist_64.npz`), else
+    0..max label. Every error is one ValueError line naming the file and what is wrong."""
+    if not data_path:
+        raise ValueError("dataset='npz' needs data-path: an .npz in medmnist's layout (train_images, train_labels, "
+                         "test_images, test_labels)")
+    if download or size != 28:
+        raise ValueError(f"data-path {data_path}: dataset='npz' reads this local file at its own size; leave "
+                         "data-download off (and size at 28)")
+    path = Path(data_path).expanduser()
+    splits = read_npz_splits(path, "data-path", require_test=True)
+    flag = path.stem.lower().split("_")[0]
+    if flag in medmnist_2d():
+        import medmnist
+
+        labels = medmnist.INFO[flag]["label"]
+        class_names = tuple(labels[str(i)] for i in range(len(labels)))
+    else:
+        class_names = tuple(str(c) for c in range(1 + max(int(y.max()) for _, y in splits.values() if y.size)))
+    check_labels(path, "data-path", splits, len(class_names))
+    return to_image_data(path.stem, splits, class_names, 255.0)
+
+
 def dataset_num_classes(name: str) -> int:
     """How many classes data set `name` has, without reading its files (a site trains the run's model)."""
     key = name.lower()
+    if key == NPZ:
+        raise ValueError("dataset='npz' takes its classes from the coordinator's data-path file, which a site does "
+                         "not hold: with sites' own data files, name the run's data set (e.g. dataset='dermamnist')")
     if key in BUILTIN_DATASETS:
         return 10  # digits, MNIST (IDX and torchvision), Fashion-MNIST, CIFAR10 and SVHN all have ten
     if key not in medmnist_2d():

@@ -55,7 +55,7 @@ def federated_split(spec: SplitSpec) -> FederatedSplit:
 
 @functools.lru_cache(maxsize=2)
 def _split(spec: SplitSpec) -> FederatedSplit:
-    data = load_dataset(spec.dataset, spec.data_root or None, download=spec.download)
+    data = load_dataset(spec.dataset, spec.data_root or None, download=spec.download, data_path=spec.data_path or None)
     if spec.validation_fraction > 0:
         data = hold_out_validation(data, spec.validation_fraction, spec.seed)
     train_parts = partition_indices(

@@ -60,6 +60,8 @@ class Sweep:
 
     dataset: str = "mnist-idx"
     data_root: str = "data/mnist-t10k"
+    data_path: str = ""
+    """With dataset npz: the .npz file (medmnist's layout) holding the whole data set."""
     num_clients: int = 10
     beta: float = 0.3
     model: str = "lenet"
@@ -109,13 +111,19 @@ def run_config(sweep: Sweep, cell: Cell, learning_rate: float) -> RunConfig:
         delta=PAPER_DELTA, alpha=sweep.alpha, max_grad_norm=sweep.max_grad_norm, batch_size=sweep.batch_size,
         local_epochs=sweep.local_epochs, device="cpu", fraction_evaluate=0.0, results_dir="", norm=sweep.norm,
         dirichlet_weighting=sweep.dirichlet_weighting, dirichlet_weight_cap=sweep.dirichlet_weight_cap,
-        data=DataConfig(dataset=sweep.dataset, root=sweep.data_root, beta=sweep.beta,
+        data=DataConfig(dataset=sweep.dataset, root=sweep.data_root, path=sweep.data_path, beta=sweep.beta,
                         partitioner="dirichlet" if cell.split == "noniid" else "iid",
                         validation_fraction=VALIDATION_FRACTION if sweep.validation else 0.0),
         lr=LearningRateConfig(optimizer="sgd", rate=learning_rate, mode=sweep.learning_rate_mode),
     )
     config.validate()
     return config
+
+
+def check_data(sweep: Sweep) -> None:
+    """Read the sweep's data once before any run starts: a bad option or file is one line, not a failed pool."""
+    config = run_config(sweep, Cell(sweep.splits[0], sweep.mechanisms[0], 1.0, 0), 1.0)
+    federated_split(config.split_spec(clients_of(sweep, sweep.splits[0])))
 
 
 def learning_rate(sweep: Sweep, mechanism: str) -> float:
@@ -374,7 +382,8 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
     if not epsilons or min(epsilons) <= 0 or args.seeds < 1 or args.workers < 1 or args.num_clients < 2:
         raise ValueError("need eps values > 0, --seeds >= 1, --workers >= 1 and --num-clients >= 2")
     sweep = Sweep(
-        dataset=args.dataset, data_root=args.data_root, num_clients=args.num_clients, model=args.model,
+        dataset=args.dataset, data_root=args.data_root, data_path=args.data_path, num_clients=args.num_clients,
+        model=args.model,
         rounds=args.rounds,
         local_epochs=args.local_epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
         dirichlet_learning_rate=args.dirichlet_learning_rate, dpsgd_learning_rate=args.dpsgd_learning_rate,
@@ -394,7 +403,8 @@ def quick(sweep: Sweep) -> Sweep:
     """The app's default digits job (its rounds, local epochs, batch size and Dirichlet rate) at eps 1
     and 4, one seed: every split and mechanism in a few minutes, to check the pipeline."""
     app = RunConfig()
-    return replace(sweep, dataset=app.data.dataset, data_root="", model=app.model, rounds=app.num_server_rounds,
+    return replace(sweep, dataset=app.data.dataset, data_root="", data_path="", model=app.model,
+                   rounds=app.num_server_rounds,
                    dpsgd_learning_rate=QUICK_DPSGD_LEARNING_RATE,
                    local_epochs=app.local_epochs, batch_size=app.batch_size, learning_rate=app.lr.rate,
                    dirichlet_learning_rate=app.lr.rate, seeds=(0,), epsilons=(1.0, 4.0))
@@ -409,7 +419,7 @@ def _resumable(out_dir: Path, sweep: Sweep) -> list[dict[str, object]]:
     (GRID_AXES) fixed: its cells still in the grid count, the others stay in runs.csv but leave the table."""
     if not (out_dir / "sweep.json").is_file() or not (out_dir / "runs.csv").is_file():
         raise FileNotFoundError(f"--resume: {out_dir} holds no sweep.json and runs.csv to resume from")
-    earlier = json.loads((out_dir / "sweep.json").read_text())
+    earlier = {**asdict(Sweep()), **json.loads((out_dir / "sweep.json").read_text())}  # a key added since: its default
     now = {**asdict(sweep), "delta": PAPER_DELTA}
     changed = sorted(key for key in set(earlier) | set(now)
                      if key not in GRID_AXES and json.dumps(earlier.get(key)) != json.dumps(now.get(key)))
@@ -428,6 +438,8 @@ def in_grid(rows: list[dict[str, object]], sweep: Sweep) -> list[dict[str, objec
 def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     """Run the sweep; write runs.csv, table.csv, table.md, the plot and sweep.json; return the summary."""
     sweep = sweep_from_args(args)
+    if not args.table_only:
+        check_data(sweep)
     described = json.dumps({**asdict(sweep), "delta": PAPER_DELTA}, indent=2) + "\n"
     done = _resumable(out_dir, sweep) if args.resume or args.table_only else []
     (out_dir / "sweep.json").write_text(described)
