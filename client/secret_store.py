@@ -1,8 +1,9 @@
 """What a site keeps in its `secret-dir`: the node secret, the keys derived from it, and the record of
 every lifetime ledger the node wrote (so that a deleted or rolled-back ledger is noticed).
 
-- `node-secret`: 32 bytes of OS entropy, created on the node's first start (mode 0600, O_EXCL: two
-  processes never write two secrets), never overwritten, never sent.
+- `node-secret`: 32 bytes of OS entropy, created on the node's first start (mode 0600, published by
+  hard link: two processes never write two secrets, and none reads a half-written one), never
+  overwritten, never sent.
 - Keys derived by HMAC-SHA256 with distinct labels, so that no key serves two purposes: the key of one
   run's privacy randomness (the secret and a nonce the site draws per run: noise never repeats across
   runs) and the key that signs the site's ledgers.
@@ -17,6 +18,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +35,7 @@ def stored_secret(folder: Path) -> bytes:
     path = folder / SECRET_FILE
     if not path.exists():
         private_folder(folder)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process of this node created it first: read theirs
-        else:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_hex(SECRET_BYTES) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
+        publish_once(path, secrets.token_hex(SECRET_BYTES) + "\n")
     try:
         secret = bytes.fromhex(path.read_text().strip())
     except (OSError, ValueError) as error:
@@ -51,6 +45,23 @@ def stored_secret(folder: Path) -> bytes:
         raise ValueError(f"node secret {path} holds {len(secret)} bytes, not {SECRET_BYTES}; restore it or remove it")
     os.chmod(path, 0o600)
     return secret
+
+
+def publish_once(path: Path, text: str) -> None:
+    """Write `text` to `path` unless it exists, so that no reader ever sees it half written: the text goes
+    to a private temporary file first, which is then hard-linked into place (link refuses an existing
+    name, so of two processes starting at once exactly one secret wins and both read it)."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(temporary, path)
+    except FileExistsError:
+        pass  # another process of this node published first: everyone reads theirs
+    finally:
+        os.unlink(temporary)
 
 
 def derived_key(secret: bytes, label: str) -> bytes:
