@@ -24,9 +24,18 @@ from dirichlet_fl.client_plan import mechanism_spec
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import dataset_num_classes
 from dirichlet_fl.device import resolve_device
-from dirichlet_fl.evaluation import evaluate
 from dirichlet_fl.image_data import ImageData
-from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, Metrics, error_reason, one_line
+from dirichlet_fl.metrics import evaluate_model
+from dirichlet_fl.protocol import (
+    BUDGET_EXHAUSTED,
+    CLASS_HITS,
+    CLASS_TOTALS,
+    SETUP_FAILED,
+    TRAINING_FAILED,
+    Metrics,
+    error_reason,
+    one_line,
+)
 from dirichlet_fl.run_model import build_run_model
 from dirichlet_fl.split import ClientShard, cached_client_shard, client_shard, federated_split, site_shard
 from privacy.csprng import SecureRandom
@@ -224,11 +233,13 @@ def train_round(
 def evaluate_round(
     config: RunConfig, client: Client, weights: dict[str, Tensor], node: NodeResources | None = None
 ) -> Metrics:
-    """Loss and accuracy of the global `weights` on the client's local test share (weighted like training)."""
+    """Loss and accuracy of the global `weights` on the client's local test share (weighted like training),
+    and its per-class hits and totals, which the server sums (strategies/federated_evaluation.py)."""
     shard, data = client_data(config, client)
     model = build_run_model(config, data).to(shard.test_x.device)
     load_weights(model, weights, config, client)
-    loss, accuracy = evaluate(model, shard.test_x, shard.test_y)
+    result = evaluate_model(model, shard.test_x, shard.test_y)
     weight = reported_weight(int(shard.test_y.shape[0]), node or NodeResources())
-    return {"num-examples": weight, "eval-loss": loss, "eval-accuracy": accuracy}
+    return {"num-examples": weight, "eval-loss": result.loss, "eval-accuracy": result.accuracy,
+            CLASS_HITS: list(result.counts.hits), CLASS_TOTALS: list(result.counts.totals)}
 

@@ -24,7 +24,8 @@ from privacy.registry import MECHANISMS
 
 OPTIMIZERS = ("sgd", "adam")
 RESUMABLE_KEYS = frozenset(
-    {"resume-from", "results-dir", "run-name", "device", "audit", "fraction-evaluate", "max-idle-rounds"}
+    {"resume-from", "results-dir", "run-name", "device", "audit", "fraction-evaluate", "max-idle-rounds",
+     "dead-class-rounds"}
 )
 """The keys a resumed run may change: none of them touches the data, the split, training or the accounting."""
 LEARNING_RATE_MODES = ("effective", "adaptive", "raw")
@@ -221,6 +222,9 @@ class RunConfig:
     run_name: str = setting("run-name", "")
     audit: bool = setting("audit", False)
     max_idle_rounds: int = setting("max-idle-rounds", 2)
+    dead_class_rounds: int = setting("dead-class-rounds", 3)
+    """Warn (round line, summary.json's dead_classes) when a class's central recall has been 0 this many
+    consecutive rounds."""
     resume_from: str = setting("resume-from", "")
     keep_updates: bool = setting("keep-updates", False)
     secure_noise: bool = setting("secure-noise", False)
@@ -326,6 +330,7 @@ class RunConfig:
                 "the run's folder is always created inside results-dir"
             )
         check_integer("max-idle-rounds", self.max_idle_rounds, 1)
+        check_integer("dead-class-rounds", self.dead_class_rounds, 1)
 
     @property
     def budget_rounds(self) -> int:

@@ -10,7 +10,7 @@ example-weighted mean of the clients' own (said wherever it is reported).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -50,9 +50,31 @@ class ClassCounts:
         return sum(present) / len(present) if present else math.nan
 
     @property
+    def min_recall(self) -> float:
+        """The smallest recall over the classes present; nan if none."""
+        present = [recall for recall in self.recalls if not math.isnan(recall)]
+        return min(present) if present else math.nan
+
+    @property
     def dead_classes(self) -> tuple[int, ...]:
         """Classes present in the set that the model never predicts correctly (recall 0)."""
         return tuple(c for c, (h, t) in enumerate(zip(self.hits, self.totals)) if t and not h)
+
+    def metrics(self) -> dict[str, float]:
+        """balanced_accuracy, min_class_recall and recall_<c> of every class (nan: absent from the set):
+        the per-class columns of rounds.csv, central and federated alike."""
+        recalls = {recall_key(c): recall for c, recall in enumerate(self.recalls)}
+        return {"balanced_accuracy": self.balanced_accuracy, "min_class_recall": self.min_recall, **recalls}
+
+
+def recall_key(label: int) -> str:
+    """The metrics key (and, prefixed, the rounds.csv column) of class `label`'s recall."""
+    return f"recall_{label}"
+
+
+def recalls_of(metrics: Mapping[str, float], num_classes: int) -> list[float]:
+    """Every class's recall from flat metrics (ClassCounts.metrics); nan where one is missing."""
+    return [float(metrics.get(recall_key(c), math.nan)) for c in range(num_classes)]
 
 
 def binary_auc(scores: Tensor, positive: Tensor) -> float:
@@ -97,8 +119,12 @@ class Evaluation:
 
     @property
     def min_class_recall(self) -> float:
-        present = [recall for recall in self.counts.recalls if not math.isnan(recall)]
-        return min(present) if present else math.nan
+        return self.counts.min_recall
+
+    def metrics(self) -> dict[str, float]:
+        """loss, accuracy, macro_auc and the count metrics (ClassCounts.metrics), flat: what the server's
+        central evaluation returns and rounds.csv's central_* columns hold."""
+        return {"loss": self.loss, "accuracy": self.accuracy, "macro_auc": self.macro_auc, **self.counts.metrics()}
 
 
 def evaluation_of(logits: Tensor, labels: Tensor) -> Evaluation:
@@ -119,6 +145,26 @@ def dead_class_streaks(dead: Sequence[int], previous: dict[int, int]) -> dict[in
     """Each class dead this round (`dead`) with its number of consecutive dead rounds, continuing
     `previous` (class -> streak up to the last round); a class alive again drops out."""
     return {c: previous.get(c, 0) + 1 for c in sorted(set(dead))}
+
+
+def dead_of(recalls: Sequence[float]) -> list[int]:
+    """The classes whose recall is exactly 0 (nan, a class absent from the set, is not dead)."""
+    return [c for c, recall in enumerate(recalls) if recall == 0.0]
+
+
+def lasting(streaks: Mapping[int, int], min_rounds: int, last_round: int) -> dict[int, tuple[int, int]]:
+    """The streaks (dead_class_streaks) of at least `min_rounds` rounds up to round `last_round`:
+    class -> (first round of the streak, its length)."""
+    return {c: (last_round - n + 1, n) for c, n in sorted(streaks.items()) if n >= min_rounds}
+
+
+def dead_class_note(dead: Mapping[int, tuple[int, int]]) -> str:
+    """The round line's warning, classes grouped by streak length: `dead classes 5,6 for 3 rounds`."""
+    by_length: dict[int, list[int]] = {}
+    for c, (_, length) in dead.items():
+        by_length.setdefault(length, []).append(c)
+    parts = [f"{','.join(map(str, classes))} for {n} rounds" for n, classes in sorted(by_length.items(), reverse=True)]
+    return f"dead classes {'; '.join(parts)}" if parts else ""
 
 
 @torch.no_grad()

@@ -37,6 +37,11 @@ NOISE_SECURE = "secure (CSPRNG)"
 the coordinator knows, by each node's secret, which never leaves the node, or not keyed at all: drawn
 from the node's operating-system CSPRNG (secure-rng = true, privacy/csprng.py)."""
 
+CLASS_HITS = "class-hits"
+CLASS_TOTALS = "class-totals"
+"""Evaluate reply metrics: per class, the local test examples the global model gets right and the local
+test examples there are (lists of ints, dirichlet_fl.metrics.ClassCounts); the server sums them."""
+
 RUN_DIR_KEY = "run-dir"
 """The train message's config key holding the run folder (where simulated clients keep their ledgers)."""
 

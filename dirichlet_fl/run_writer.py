@@ -37,6 +37,7 @@ from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.files import append_atomically, write_atomically
+from dirichlet_fl.metrics import dead_class_streaks, dead_of, lasting, recall_key, recalls_of
 from dirichlet_fl.plots import CURVES_FILE, plot_runs
 from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED, NOISE_SECURE
 from dirichlet_fl.run_reader import (
@@ -49,13 +50,22 @@ from dirichlet_fl.run_reader import (
     read_rows,
 )
 from privacy.client_level import COVERS as CLIENT_LEVEL_COVERS
+from privacy.registry import does_not_cover
 
 ROUND_COLUMNS = [
     "round", "central_accuracy", "central_loss", "federated_accuracy", "federated_loss", "train_loss",
     "trained", "refused", "failed", "max_epsilon", "seconds",
     "client_level_epsilon", "client_level_delta", "client_level_sample_rate", "client_level_rounds",
     "client_level_clipping_norm", "client_level_unclipped_fraction",
+    "central_balanced_accuracy", "central_macro_auc", "central_min_class_recall",
+    "federated_balanced_accuracy", "federated_min_class_recall",
 ]
+"""rounds.csv's columns before the per-class ones (round_columns adds central_recall_<c> and
+federated_recall_<c> for each class c). There is no federated macro AUC: AUC does not decompose into
+what the clients could sum (dirichlet_fl.metrics)."""
+CENTRAL_KEYS = ("accuracy", "loss", "balanced_accuracy", "macro_auc", "min_class_recall")
+FEDERATED_KEYS = ("accuracy", "loss", "balanced_accuracy", "min_class_recall")
+"""RoundRecord.central's and .federated's keys written as central_<key> / federated_<key> (nan if absent)."""
 CLIENT_LEVEL_KEYS = ("epsilon", "delta", "sample_rate", "rounds", "clipping_norm", "unclipped_fraction")
 """RoundRecord.client_level's keys, written as client_level_<key> (nan without client-dp): the eps so far
 and what it is at, the round's clipping norm C and (client-dp = "adaptive") the noised fraction of
@@ -89,7 +99,10 @@ class RoundRecord:
     spent: set[int] = field(default_factory=set)
     excluded: set[int] = field(default_factory=set)
     central: dict[str, float] = field(default_factory=dict)
+    """The server's evaluation of the round's model: dirichlet_fl.metrics.Evaluation.metrics()."""
     federated: dict[str, float] = field(default_factory=dict)
+    """The clients' evaluation: loss and accuracy (weighted means) and the count metrics of their summed
+    per-class counts (strategies/federated_evaluation.py)."""
     sent: ArrayRecord | None = None
     """The global weights sent for training; with `returned`, kept only when the run keeps updates."""
     returned: dict[int, ArrayRecord] = field(default_factory=dict)
@@ -152,6 +165,16 @@ def _write_json(path: Path, payload: object) -> None:
     write_atomically(path, (json.dumps(payload, indent=2, allow_nan=False) + "\n").encode())
 
 
+def round_columns(num_classes: int) -> list[str]:
+    """rounds.csv's header: ROUND_COLUMNS, then every class's central recall, then its federated one."""
+    return ROUND_COLUMNS + [f"{side}_{recall_key(c)}" for side in ("central", "federated") for c in range(num_classes)]
+
+
+def _number(value: Any) -> float:
+    """A rounds.csv cell read back as a float; nan for an empty one (a column an older run lacks)."""
+    return float(value) if value not in ("", None) else math.nan
+
+
 def _csv_text(columns: list[str], rows: list[dict[str, Any]], header: bool = False) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, columns, lineterminator="\n")
@@ -164,10 +187,15 @@ def _csv_text(columns: list[str], rows: list[dict[str, Any]], header: bool = Fal
 class RunWriter:
     """Writes a run's folder as the run goes (create() for a new run, resume() to continue one)."""
 
-    def __init__(self, directory: Path, config: RunConfig, num_clients: int, covers: str) -> None:
+    def __init__(self, directory: Path, config: RunConfig, num_clients: int, covers: str, num_classes: int = 0) -> None:
         self.directory = directory
         self.config = config
         self.covers = covers
+        self.num_classes = num_classes
+        """How many per-class recall columns rounds.csv has (0: none)."""
+        self.columns = round_columns(num_classes)
+        self.dead_streaks: dict[int, int] = {}
+        """Class -> consecutive rounds up to the last one in which its central recall was 0."""
         self.clients = {c: ClientLedger(config.target_epsilon_for(c, num_clients)) for c in range(num_clients)}
         self.rounds: list[dict[str, Any]] = []
         self.noise: set[str] = set()
@@ -175,8 +203,9 @@ class RunWriter:
         self.started = time.monotonic()
 
     @classmethod
-    def create(cls, config: RunConfig, num_clients: int, covers: str) -> RunWriter:
-        """A new folder under results-dir named by run-name, or by time, data set, mechanism and eps."""
+    def create(cls, config: RunConfig, num_clients: int, covers: str, num_classes: int = 0) -> RunWriter:
+        """A new folder under results-dir named by run-name, or by time, data set, mechanism and eps;
+        rounds.csv gets a recall column per class of `num_classes`."""
         name = config.run_name or (
             f"{time.strftime('%Y%m%d-%H%M%S')}-{config.data.dataset}-{config.mechanism}-eps{config.target_epsilon:g}"
         )
@@ -185,18 +214,21 @@ class RunWriter:
         while directory.exists():
             suffix += 1
             directory = Path(config.results_dir) / f"{name}-{suffix}"
-        writer = cls(directory, config, num_clients, covers)
+        writer = cls(directory, config, num_clients, covers, num_classes)
         directory.mkdir(parents=True, exist_ok=False)
         _write_json(directory / "config.json", {"run_config": config.to_run_config(), "num_clients": num_clients})
-        write_atomically(directory / "rounds.csv", _csv_text(ROUND_COLUMNS, [], header=True).encode())
+        write_atomically(directory / "rounds.csv", _csv_text(writer.columns, [], header=True).encode())
         write_atomically(directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, [], header=True).encode())
         return writer
 
     @classmethod
-    def resume(cls, config: RunConfig, num_clients: int, covers: str) -> tuple[RunWriter, dict[str, Any]]:
+    def resume(
+        cls, config: RunConfig, num_clients: int, covers: str, num_classes: int = 0
+    ) -> tuple[RunWriter, dict[str, Any]]:
         """Continue the run in config.resume_from from its last checkpoint: refuse a config that changes
         the accounting (ValueError naming the key), cut rows past the checkpoint, restore every client's
-        ledger. Returns the writer and the checkpoint (round, weights, strategy state)."""
+        ledger and, from the rows kept, the dead-class streaks. Returns the writer and the checkpoint
+        (round, weights, strategy state)."""
         directory = Path(config.resume_from)
         checkpoint = read_checkpoint(directory)
         stored = read_json(directory / "config.json")
@@ -206,14 +238,16 @@ class RunWriter:
                 f"resume-from={config.resume_from!r}: the run had {stored['num_clients']} clients but this federation "
                 f"has {num_clients}; resume it with the same number of clients"
             )
-        writer = cls(directory, config, num_clients, covers)
+        writer = cls(directory, config, num_clients, covers, num_classes)
         writer.clients = {int(c): ClientLedger(**ledger) for c, ledger in checkpoint["clients"].items()}
         writer.started -= float(checkpoint["seconds"])
         writer.noise = set(checkpoint.get("noise", []))
         last = int(checkpoint["round"])
         writer.rounds = [row for row in read_rows(directory / "rounds.csv") if int(row["round"]) <= last]
         ledger_rows = [row for row in read_rows(directory / "ledger.csv") if int(row["round"]) <= last]
-        write_atomically(directory / "rounds.csv", _csv_text(ROUND_COLUMNS, writer.rounds, header=True).encode())
+        write_atomically(directory / "rounds.csv", _csv_text(writer.columns, writer.rounds, header=True).encode())
+        for row in writer.rounds:
+            writer._watch_dead([_number(row.get(f"central_{recall_key(c)}")) for c in range(num_classes)])
         write_atomically(directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows, header=True).encode())
         writer.save_weights_dict(checkpoint["weights"])
         return writer, checkpoint
@@ -226,12 +260,14 @@ class RunWriter:
             save_round_updates(self.directory, record.server_round, record.sent, record.returned)
         weights = arrays.to_torch_state_dict()
         self.save_weights_dict(weights)
+        central = recalls_of(record.central, self.num_classes)
         row = {
             "round": record.server_round,
-            "central_accuracy": record.central.get("accuracy", math.nan),
-            "central_loss": record.central.get("loss", math.nan),
-            "federated_accuracy": record.federated.get("eval-accuracy", math.nan),
-            "federated_loss": record.federated.get("eval-loss", math.nan),
+            **{f"central_{key}": record.central.get(key, math.nan) for key in CENTRAL_KEYS},
+            **{f"federated_{key}": record.federated.get(key, math.nan) for key in FEDERATED_KEYS},
+            **{f"central_{recall_key(c)}": recall for c, recall in enumerate(central)},
+            **{f"federated_{recall_key(c)}": recall
+               for c, recall in enumerate(recalls_of(record.federated, self.num_classes))},
             "train_loss": record.train_loss,
             "trained": len(record.trained),
             "refused": len(record.refused),
@@ -243,9 +279,10 @@ class RunWriter:
         self.client_level = record.client_level or self.client_level
         changed = self._update_ledger(record)
         ledger_rows = [{"round": record.server_round, "client": c, **entry} for c, entry in changed.items()]
-        append_atomically(self.directory / "rounds.csv", _csv_text(ROUND_COLUMNS, [row]))
+        append_atomically(self.directory / "rounds.csv", _csv_text(self.columns, [row]))
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows))
         self.rounds.append(row)
+        self._watch_dead(central)
         self.noise |= record.noise
         checkpoint = {
             "round": record.server_round,
@@ -260,6 +297,16 @@ class RunWriter:
         write_atomically(self.directory / CHECKPOINT, buffer.getvalue())
         plot_runs([self.directory], self.directory / CURVES_FILE)
         return row
+
+    def _watch_dead(self, central_recalls: list[float]) -> None:
+        """Continue the dead-class streaks with one more round's central recalls (rounds run in order)."""
+        self.dead_streaks = dead_class_streaks(dead_of(central_recalls), self.dead_streaks)
+
+    def dead_classes(self) -> dict[int, tuple[int, int]]:
+        """The classes whose central recall has been 0 for at least dead-class-rounds consecutive rounds
+        up to the last one: class -> (first round of the streak, its length)."""
+        last = int(self.rounds[-1]["round"]) if self.rounds else 0
+        return lasting(self.dead_streaks, self.config.dead_class_rounds, last)
 
     def _update_ledger(self, record: RoundRecord) -> dict[int, dict[str, Any]]:
         rows = {}
@@ -327,19 +374,25 @@ class RunWriter:
         write_atomically(self.directory / "model.pt", buffer.getvalue())
 
     def finish(
-        self, final_accuracy: float, final_loss: float, assumptions_hold: bool, status: str = COMPLETED,
-        reason: str = "",
+        self, final: dict[str, float], assumptions_hold: bool, status: str = COMPLETED, reason: str = ""
     ) -> dict[str, Any]:
-        """Write summary.json: the run's status, final accuracy, rounds run and every client's privacy position."""
+        """Write summary.json: the run's status, the final model's metrics (`final`: as RoundRecord.central;
+        missing ones are null), rounds run, dead classes and every client's privacy position."""
         summary = {
             "status": status,
             "status_reason": reason,
-            "final_accuracy": json_number(final_accuracy),
-            "final_loss": json_number(final_loss),
+            "final_accuracy": json_number(final.get("accuracy", math.nan)),
+            "final_loss": json_number(final.get("loss", math.nan)),
+            "final_balanced_accuracy": json_number(final.get("balanced_accuracy", math.nan)),
+            "final_macro_auc": json_number(final.get("macro_auc", math.nan)),
+            "final_per_class_recall": [json_number(recall) for recall in recalls_of(final, self.num_classes)],
+            "dead_classes": {str(c): {"first_round": first, "rounds": length}
+                             for c, (first, length) in self.dead_classes().items()},
             "rounds": len(self.rounds),
             "mechanism": self.config.mechanism,
             "delta": self.config.delta,
             "epsilon_covers": self.covers,
+            "epsilon_does_not_cover": does_not_cover(self.config.mechanism),
             "noise": " and ".join(sorted(self.noise)) or "no client trained",
             "accountant_assumptions_hold": assumptions_hold,
             "max_epsilon": json_number(max((c.epsilon for c in self.clients.values()), default=0.0)),

@@ -68,6 +68,9 @@ class Mechanism(ABC):
     name: ClassVar[str]
     covers: ClassVar[str]
     """What this mechanism's eps bounds, in the words every report uses (read through privacy.registry)."""
+    does_not_cover: ClassVar[str | None] = None
+    """What a run releases that this mechanism's eps does not bound, for the end-of-run lines and
+    summary.json (read through privacy.registry); None when it bounds the weights and every update."""
     sample_rate: float
     """The Poisson sampling rate q this mechanism was calibrated for."""
 
@@ -170,6 +173,7 @@ class NoPrivacy(Mechanism):
 
     name = "none"
     covers = "nothing: training is not private (eps = inf)"
+    does_not_cover = "anything: the weights and every update are not private"
 
     def __init__(self, sample_rate: float) -> None:
         self.sample_rate = sample_rate
@@ -221,6 +225,12 @@ class DirichletMechanism(Mechanism):
     covers = (
         "the perturbed softmax outputs released at each step (Theorem 10), per example, inputs only, "
         "labels public; NOT the trained weights (audit them)"
+    )
+    does_not_cover = (
+        "the trained weights and every update a client returns: each example's gradient r J(x)^T u passes "
+        "its raw input through the Jacobian J(x) (and, with dirichlet-weighting = normalized, its weight "
+        "w(s_y) through the un-noised softmax), so in general no (eps, delta) guarantee holds for them "
+        "(docs/privacy.md); an audit bound is a lower bound on their leakage (measured: docs/audit.md)"
     )
 
     def __init__(

@@ -1,8 +1,9 @@
 """Every privacy mechanism by name: the one table that config validation, clients, reports and
 benchmarks read (as Opacus's accountants/registry.py does for accountants).
 
-Each class carries its `name` and what its eps `covers`; building, restoring and describing a
-mechanism all go through here, so a new mechanism is one class and one line in MECHANISMS.
+Each class carries its `name`, what its eps `covers` and what it `does_not_cover`; building,
+restoring and describing a mechanism all go through here, so a new mechanism is one class and one
+line in MECHANISMS.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def mechanism_class(name: str) -> type[Mechanism]:
 def covers(name: str) -> str:
     """What the eps of mechanism `name` bounds, in the words every report uses."""
     return mechanism_class(name).covers
+
+
+def does_not_cover(name: str) -> str | None:
+    """What a run of mechanism `name` releases that its eps does not bound; None when it bounds it all."""
+    return mechanism_class(name).does_not_cover
 
 
 def build_mechanism(spec: MechanismSpec) -> Mechanism:

@@ -21,7 +21,7 @@ from flwr.serverapp import Grid, ServerApp
 from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.device import resolve_device
-from dirichlet_fl.evaluation import evaluate
+from dirichlet_fl.metrics import dead_class_note, evaluate_model
 from dirichlet_fl.paths import APP_DIR
 from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
 from dirichlet_fl.run_model import build_run_model, initial_model
@@ -38,7 +38,8 @@ eps (summary.json has every client)."""
 
 
 def _central_evaluator(config: RunConfig, num_clients: int):
-    """evaluate_fn(round, arrays) on the full test split, on the server's device."""
+    """evaluate_fn(round, arrays) on the full test split, on the server's device: loss, accuracy,
+    balanced accuracy, macro AUC, the smallest and every class's recall (Evaluation.metrics())."""
     data = federated_split(config.split_spec(num_clients)).data
     device = resolve_device(config.device)
     test_x, test_y = data.test_x.to(device), data.test_y.to(device)
@@ -46,19 +47,27 @@ def _central_evaluator(config: RunConfig, num_clients: int):
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         model.load_state_dict(arrays.to_torch_state_dict())
-        loss, accuracy = evaluate(model, test_x, test_y)
-        return {"loss": loss, "accuracy": accuracy}
+        return evaluate_model(model, test_x, test_y).metrics()
 
     return evaluate_fn
 
 
-def _round_line(config: RunConfig, row: dict[str, Any]) -> str:
+def _metrics_part(accuracy: float, balanced: float, auc: float, loss: float) -> str:
+    return f"accuracy {accuracy:.4f}  balanced accuracy {balanced:.4f}  macro AUC {auc:.4f}  loss {loss:.4f}"
+
+
+def _round_line(config: RunConfig, row: dict[str, Any], dead: dict[int, tuple[int, int]]) -> str:
+    """One round: the central metrics, who trained, the largest eps, and the classes dead for
+    dead-class-rounds rounds or more (`dead`: RunWriter.dead_classes)."""
     eps = row["max_epsilon"]
     privacy = "" if config.mechanism == "none" else f"  max eps {eps:.4f} (delta={config.delta:g}, per example)"
+    metrics = _metrics_part(row["central_accuracy"], row["central_balanced_accuracy"], row["central_macro_auc"],
+                            row["central_loss"])
+    warning = f"  {dead_class_note(dead)}" if dead else ""
     return (
-        f"round {row['round']}/{config.num_server_rounds}  accuracy {row['central_accuracy']:.4f}  "
-        f"loss {row['central_loss']:.4f}  trained {row['trained']}  refused {row['refused']}  "
-        f"failed {row['failed']}{privacy}{_client_level_part(config, row)}  [{row['seconds']:.1f} s]"
+        f"round {row['round']}/{config.num_server_rounds}  {metrics}  trained {row['trained']}  "
+        f"refused {row['refused']}  failed {row['failed']}{privacy}{_client_level_part(config, row)}{warning}  "
+        f"[{row['seconds']:.1f} s]"
     )
 
 
@@ -100,13 +109,15 @@ def main(grid: Grid, context: Context) -> None:
             len(skipped), num_clients, config.batch_size)
     if first_round == 1:
         start = evaluate_fn(0, arrays)
-        log(INFO, "round 0  accuracy %.4f  loss %.4f", start["accuracy"], start["loss"])
+        log(INFO, "round 0  %s", _metrics_part(start["accuracy"], start["balanced_accuracy"], start["macro_auc"],
+                                               start["loss"]))
     else:
         log(INFO, "resuming after round %d of %d", first_round - 1, config.num_server_rounds)
 
     def on_round(record: RoundRecord, arrays: ArrayRecord) -> None:
         record.central = evaluate_fn(record.server_round, arrays)
-        log(INFO, "%s", _round_line(config, writer.record_round(record, arrays, strategy.state_dict())))
+        row = writer.record_round(record, arrays, strategy.state_dict())
+        log(INFO, "%s", _round_line(config, row, writer.dead_classes()))
 
     train_config = ConfigRecord({RUN_DIR_KEY: str(writer.directory.resolve())})
     rounds = range(first_round, config.num_server_rounds + 1)
@@ -120,10 +131,7 @@ def main(grid: Grid, context: Context) -> None:
         _finish_failed(writer, config, one_line(error))
         raise
     status = outcome.status
-    summary = writer.finish(
-        final["accuracy"], final["loss"], assumptions_hold=not config.allow_batch_norm, status=status,
-        reason=outcome.reason,
-    )
+    summary = writer.finish(final, assumptions_hold=not config.allow_batch_norm, status=status, reason=outcome.reason)
     for line in _summary_lines(config, summary, writer.directory):
         log(INFO, "%s", line)
     if config.audit and status == COMPLETED:
@@ -147,27 +155,32 @@ BAD_INPUT = "bad-input"
 def _start(config: RunConfig, num_clients: int, strategy: PrivateFedAvg) -> tuple[RunWriter, ArrayRecord, int]:
     """A new run folder with the seeded initial model, or the resumed run's folder, strategy state and
     checkpointed weights. Returns the writer, the global weights and the first round to run."""
+    data = federated_split(config.split_spec(num_clients)).data
     if config.resume_from:
-        writer, checkpoint = RunWriter.resume(config, num_clients, covers(config.mechanism))
+        writer, checkpoint = RunWriter.resume(config, num_clients, covers(config.mechanism), data.num_classes)
         strategy.load_state_dict(checkpoint["strategy"])
         return writer, ArrayRecord(checkpoint["weights"]), int(checkpoint["round"]) + 1
-    data = federated_split(config.split_spec(num_clients)).data
     model = initial_model(config, data)
-    return RunWriter.create(config, num_clients, covers(config.mechanism)), ArrayRecord(model.state_dict()), 1
+    writer = RunWriter.create(config, num_clients, covers(config.mechanism), data.num_classes)
+    return writer, ArrayRecord(model.state_dict()), 1
 
 
 def _finish_failed(writer: RunWriter, config: RunConfig, reason: str) -> None:
     """summary.json with status failed, so that the folder says what happened; a full disk may prevent
     even that, which is logged (the rows and the checkpoint of every completed round stay consistent)."""
     try:
-        writer.finish(math.nan, math.nan, assumptions_hold=not config.allow_batch_norm, status=FAILED, reason=reason)
+        writer.finish({}, assumptions_hold=not config.allow_batch_norm, status=FAILED, reason=reason)
     except OSError as error:
         log(ERROR, "dirichlet-fl: cannot write %s/summary.json: %s", writer.directory, one_line(error))
     log(ERROR, "%s %s (%s); results in %s", STATUS_LINE, FAILED, reason, writer.directory)
 
 
 def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) -> list[str]:
-    lines = [f"final accuracy {summary['final_accuracy']:.4f} after {summary['rounds']} rounds; results in {directory}"]
+    """The end-of-run lines: the final metrics, dead classes, every client's eps, what it covers and what not."""
+    lines = [f"final {_final_part(summary)} after {summary['rounds']} rounds; results in {directory}"]
+    if summary["dead_classes"]:
+        dead = {int(c): (streak["first_round"], streak["rounds"]) for c, streak in summary["dead_classes"].items()}
+        lines.append(f"{dead_class_note(dead)} at the end (summary.json: dead_classes)")
     if config.mechanism == "none":
         return lines + ["mechanism none: training is not private per example"] + _aggregation_lines(config, summary)
     clients = summary["clients"]
@@ -185,12 +198,22 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
             f"refused {client['refused_rounds']} rounds)"
         )
     lines.append(f"each eps covers {summary['epsilon_covers']}; noise keyed by: {summary['noise']}")
+    if summary["epsilon_does_not_cover"]:
+        lines.append(f"each eps does NOT cover {summary['epsilon_does_not_cover']}; measure it with "
+                     "`dirichlet-fl audit <run folder>`")
     lines += _aggregation_lines(config, summary)
-    if config.mechanism == "dirichlet":
-        lines.append("the weights can leak more than eps: measure it with `dirichlet-fl audit <run folder>`")
     if not summary["accountant_assumptions_hold"]:
         lines.append("WARNING: allow-batch-norm=true: BatchNorm mixes examples; the eps above does not apply")
     return lines
+
+
+def _final_part(summary: dict[str, Any]) -> str:
+    """The final model's metrics as the summary holds them (null, a failed evaluation, shown as nan)."""
+    values = [summary[key] for key in ("final_accuracy", "final_balanced_accuracy", "final_macro_auc")]
+    accuracy, balanced, auc = (math.nan if value is None else value for value in values)
+    recalls = [recall for recall in summary["final_per_class_recall"] if recall is not None]
+    smallest = f"  min class recall {min(recalls):.4f}" if recalls else ""
+    return f"accuracy {accuracy:.4f}  balanced accuracy {balanced:.4f}  macro AUC {auc:.4f}{smallest}"
 
 
 def _aggregation_lines(config: RunConfig, summary: dict[str, Any]) -> list[str]:

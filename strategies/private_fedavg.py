@@ -13,6 +13,8 @@ Differences from Flower's FedAvg, and why:
   error's reason (dirichlet_fl.protocol.error_reason), which is recorded: eps is never under-stated.
 - Updates are averaged in partition-id order, not in arrival order, so that a seed fixes the global
   weights bit for bit (a resumed run continues exactly).
+- The clients' evaluation replies are averaged, except their per-class counts, which are summed
+  (strategies/federated_evaluation.py): the federated balanced accuracy and recalls are exact.
 - The run ends `completed` when every client that can train has spent its budget, and
   `stopped-no-client-can-train` when no client is left, none trained for max-idle-rounds rounds, or
   none trained in any round of the run.
@@ -46,6 +48,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from dirichlet_fl.config import RunConfig, clients_per_round
 from dirichlet_fl.protocol import REFUSALS, SETUP_FAILED, number, parse_error_reason
 from dirichlet_fl.run_writer import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
+from strategies.federated_evaluation import aggregate_evaluation, federated_metrics
 from strategies.replies import NODE_UNAVAILABLE, attribute_replies, exchange
 
 JOIN_PATIENCE_S = 60.0
@@ -85,6 +88,7 @@ class PrivateFedAvg(FedAvg):
             min_train_nodes=1,
             min_evaluate_nodes=1 if config.fraction_evaluate > 0 else 0,
             min_available_nodes=1,
+            evaluate_metrics_aggr_fn=aggregate_evaluation,
         )
         self.config = config
         self.sent: ArrayRecord | None = None
@@ -207,9 +211,9 @@ class PrivateFedAvg(FedAvg):
         return self._construct_messages(record, nodes, MessageType.EVALUATE)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """FedAvg's weighted mean of the clients' evaluation metrics, summed in partition-id order: in
-        arrival order the float sums (federated accuracy and loss in rounds.csv) differ in the last bits
-        between two runs of the same seed."""
+        """FedAvg's weighted mean of the clients' loss and accuracy and the sum of their per-class counts
+        (strategies/federated_evaluation.py), in partition-id order: in arrival order the float sums
+        (federated accuracy and loss in rounds.csv) differ in the last bits between two runs of the same seed."""
         ordered = sorted(self._known(replies), key=lambda reply: self.partition_of[reply.metadata.src_node_id])
         return super().aggregate_evaluate(server_round, ordered)
 
@@ -310,7 +314,7 @@ class PrivateFedAvg(FedAvg):
             evaluations = exchange(grid, list(self.configure_evaluate(server_round, arrays, ConfigRecord(), grid)),
                                    self.reply_timeout)
             federated = self.aggregate_evaluate(server_round, evaluations)
-            record.federated = {k: float(cast(float, v)) for k, v in federated.items()} if federated is not None else {}
+            record.federated = federated_metrics(federated)
             on_round(record, arrays)
         reason = self.stop_reason()
         if reason is not None and reason[0] == STOPPED_NO_CLIENT:

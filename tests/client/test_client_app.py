@@ -166,7 +166,7 @@ def test_a_failure_after_partial_training_is_recorded_with_the_clients_true_eps(
     expected = "client 0: training failed: RuntimeError: device lost at /some/where.py ledger={"
     assert reply.error.reason.startswith(expected)
     assert seen["complete"] is False and restore_mechanism(seen["mechanism"]).steps == 8  # planned: over, never under
-    summary = writer.finish(0.1, 2.3, assumptions_hold=True)
+    summary = writer.finish({"accuracy": 0.1, "loss": 2.3}, assumptions_hold=True)
     client0 = summary["clients"][0]
     mechanism = restore_mechanism(json.loads(ledger_file.read_text())["mechanism"])
     assert client0["sample_rate"] == float(f"{mechanism.sample_rate:.2g}")  # the server sees q rounded only

@@ -43,7 +43,7 @@ def test_each_round_is_on_disk_before_the_next(tmp_path) -> None:
 
     second = RoundRecord(2, trained={0: trained(0, 0.9, 20)}, refused={1: "budget spent"}, central={"accuracy": 0.6})
     writer.record_round(second, weights(2.0), {})
-    summary = writer.finish(0.6, 0.9, assumptions_hold=True)
+    summary = writer.finish({"accuracy": 0.6, "loss": 0.9}, assumptions_hold=True)
     with open(tmp_path / "run" / "ledger.csv") as handle:
         ledger = [(row["round"], row["client"], row["status"], row["epsilon"]) for row in csv.DictReader(handle)]
     assert ledger == [("1", "0", "trained", "0.5"), ("1", "1", "trained", "0.4"),
@@ -67,7 +67,7 @@ def test_a_second_run_with_the_same_name_gets_its_own_folder(tmp_path) -> None:
 
 def test_clients_that_never_trained_report_zero_and_no_rate(tmp_path) -> None:
     writer = RunWriter.create(RunConfig(results_dir=str(tmp_path)), 1, "x")
-    summary = writer.finish(0.1, 2.3, assumptions_hold=False)
+    summary = writer.finish({"accuracy": 0.1, "loss": 2.3}, assumptions_hold=False)
     assert summary["clients"][0]["epsilon"] == 0.0 and summary["clients"][0]["sample_rate"] is None
     assert summary["accountant_assumptions_hold"] is False
 
@@ -136,7 +136,7 @@ def test_the_ledger_holds_events_only_and_the_summary_every_client(tmp_path) -> 
     writer.record_skipped({3: "too few examples"})
     writer.record_round(RoundRecord(1, trained={1: trained(1, 0.2, 4)}, failed={2: "boom"}), weights(1.0), {})
     writer.record_round(RoundRecord(2, trained={0: trained(0, 0.3, 4)}), weights(2.0), {})
-    summary = writer.finish(0.5, 1.0, assumptions_hold=True)
+    summary = writer.finish({"accuracy": 0.5, "loss": 1.0}, assumptions_hold=True)
     with open(tmp_path / "run" / "ledger.csv") as handle:
         ledger = [(row["round"], row["client"], row["status"], row["reason"][:16]) for row in csv.DictReader(handle)]
     assert ledger == [("0", "3", "skipped", "too few examples"), ("1", "1", "trained", ""),

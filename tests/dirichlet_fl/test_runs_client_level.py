@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +20,11 @@ def test_the_run_folder_labels_the_client_level_eps(tmp_path: Path) -> None:
                          client_level={"epsilon": 2.5, "delta": 1e-5, "sample_rate": 0.5, "rounds": 1,
                                        "clipping_norm": 1.0})
     writer.record_round(record, ArrayRecord({"w": Array(np.zeros(2, np.float32))}), strategy_state={})
-    row = (tmp_path / "dp" / "rounds.csv").read_text().splitlines()[1]
-    assert row.endswith(",2.5,1e-05,0.5,1,1.0,nan")  # fixed clipping: no unclipped fraction
-    summary = writer.finish(0.5, 1.0, assumptions_hold=True)
+    with open(tmp_path / "dp" / "rounds.csv") as handle:
+        row = next(csv.DictReader(handle))
+    columns = ("epsilon", "delta", "sample_rate", "rounds", "clipping_norm", "unclipped_fraction")
+    assert [row[f"client_level_{key}"] for key in columns] == ["2.5", "1e-05", "0.5", "1", "1.0", "nan"]  # fixed C
+    summary = writer.finish({"accuracy": 0.5, "loss": 1.0}, assumptions_hold=True)
     assert summary["client_level"]["epsilon"] == 2.5 and "whole client" in summary["client_level"]["covers"]
     assert summary["client_level"]["clipping"] == "fixed" and summary["client_level"]["initial_clipping_norm"] == 1.0
     assert [c["client_level_epsilon"] for c in summary["clients"]] == [2.5, 2.5]
