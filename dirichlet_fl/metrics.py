@@ -163,7 +163,8 @@ def dead_class_note(dead: Mapping[int, tuple[int, int]]) -> str:
     by_length: dict[int, list[int]] = {}
     for c, (_, length) in dead.items():
         by_length.setdefault(length, []).append(c)
-    parts = [f"{','.join(map(str, classes))} for {n} rounds" for n, classes in sorted(by_length.items(), reverse=True)]
+    parts = [f"{','.join(map(str, classes))} for {n} round{'s' * (n != 1)}"
+             for n, classes in sorted(by_length.items(), reverse=True)]
     return f"dead classes {'; '.join(parts)}" if parts else ""
 
 

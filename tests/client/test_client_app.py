@@ -12,7 +12,14 @@ from flwr.app import ArrayRecord
 
 import client.client_app as client_app
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED, code_fingerprint
+from dirichlet_fl.protocol import (
+    BUDGET_EXHAUSTED,
+    CLASS_HITS,
+    CLASS_TOTALS,
+    SETUP_FAILED,
+    TRAINING_FAILED,
+    code_fingerprint,
+)
 from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.split import federated_split
 from privacy.registry import restore_mechanism
@@ -101,6 +108,9 @@ def test_evaluate_reports_the_exact_loss_and_accuracy_of_the_local_test_share() 
     assert metrics["eval-accuracy"] == pytest.approx(float((logits.argmax(1) == y).double().mean()), abs=1e-12)
     assert metrics["eval-loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, y)), rel=1e-5)
     assert 0.0 < metrics["eval-accuracy"] < 1.0  # an untrained model is right sometimes, not always
+    predictions = logits.argmax(1)
+    assert metrics[CLASS_TOTALS] == [int((y == c).sum()) for c in range(10)]  # exact: the server sums them
+    assert metrics[CLASS_HITS] == [int((predictions[y == c] == c).sum()) for c in range(10)]
 
 
 def query(context, code: str):

@@ -47,6 +47,7 @@ def test_string_overrides_are_coerced() -> None:
         ("local-steps", 10**7, "local-steps=10000000 is out of range: at most 1,000,000"),
         ("model", "nope", "model='nope' is invalid"),
         ("learning-rate", 0, "learning-rate=0.0 is out of range"),
+        ("dead-class-rounds", 0, "dead-class-rounds=0 is out of range: it must be an integer >= 1"),
     ],
 )
 def test_invalid_values_name_the_key_and_the_range(key: str, value: object, message: str) -> None:

@@ -9,7 +9,16 @@ import pytest
 import torch
 from sklearn.metrics import balanced_accuracy_score, recall_score, roc_auc_score
 
-from dirichlet_fl.metrics import ClassCounts, binary_auc, dead_class_streaks, evaluation_of, macro_auc
+from dirichlet_fl.metrics import (
+    ClassCounts,
+    binary_auc,
+    dead_class_note,
+    dead_class_streaks,
+    dead_of,
+    evaluation_of,
+    lasting,
+    macro_auc,
+)
 
 
 def _imbalanced(seed: int, n: int = 600, classes: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,3 +92,16 @@ def test_dead_class_streaks_continue_and_reset() -> None:
     streaks = dead_class_streaks([6], streaks)
     assert streaks == {6: 2}
     assert dead_class_streaks([5, 6], streaks) == {5: 1, 6: 3}
+
+
+def test_only_a_zero_recall_is_dead_and_only_long_streaks_are_reported() -> None:
+    assert dead_of([0.5, 0.0, math.nan, 0.0]) == [1, 3]  # nan: the class is absent, not dead
+    assert lasting({1: 3, 3: 1, 4: 4}, 3, last_round=7) == {1: (5, 3), 4: (4, 4)}
+    assert dead_class_note({5: (2, 3), 6: (2, 3), 1: (1, 4)}) == "dead classes 1 for 4 rounds; 5,6 for 3 rounds"
+    assert dead_class_note({}) == ""
+
+
+def test_count_metrics_are_flat_and_per_class() -> None:
+    metrics = ClassCounts(hits=(3, 0, 1), totals=(4, 0, 2)).metrics()
+    assert metrics["recall_0"] == 0.75 and math.isnan(metrics["recall_1"]) and metrics["recall_2"] == 0.5
+    assert metrics["min_class_recall"] == 0.5 and metrics["balanced_accuracy"] == pytest.approx(0.625)

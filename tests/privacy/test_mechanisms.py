@@ -7,7 +7,7 @@ import pytest
 
 from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, Mechanism, MechanismSpec, NoPrivacy
-from privacy.registry import MECHANISMS, build_mechanism
+from privacy.registry import MECHANISMS, build_mechanism, does_not_cover
 
 DELTA = 1e-5
 ORDERS = np.arange(2, 65)
@@ -89,3 +89,12 @@ def test_only_dpsgd_ledgers_have_an_accountant_of_their_own() -> None:
     assert DPSGDMechanism.joint_epsilon([first, trained("dirichlet", 5)], DELTA) is None
     assert DirichletMechanism.joint_epsilon([trained("dirichlet", 5)], DELTA) is None
     assert NoPrivacy.joint_epsilon([trained("none", 5)], DELTA) is None
+
+
+def test_only_a_mechanism_whose_eps_covers_the_weights_states_nothing_it_does_not_cover() -> None:
+    """The end-of-run lines and summary.json read does_not_cover; nothing branches on a mechanism's name."""
+    assert DPSGDMechanism.does_not_cover is None and "trained weights" in DPSGDMechanism.covers
+    assert "trained weights" in (DirichletMechanism.does_not_cover or "")
+    assert "dirichlet-weighting" in (DirichletMechanism.does_not_cover or "")  # the normalisation's weights
+    assert NoPrivacy.does_not_cover is not None
+    assert does_not_cover("dirichlet") == DirichletMechanism.does_not_cover
