@@ -1,7 +1,8 @@
 """The run folder, written by the server as a run goes (dirichlet_fl.run_reader reads it back).
 
 results-dir/<run>/ holds config.json (the resolved run config and the number of clients),
-rounds.csv (one row per round), ledger.csv (one row per client event: trained, refused or failed in a
+rounds.csv (one row per round: central and federated metrics, per-class recalls included, clients,
+eps), ledger.csv (one row per client event: trained, refused or failed in a
 round, and, every round, clients whose budget is spent or whose setup failed; at round 0 one `skipped`
 row per client too small to train; a client that was merely not sampled gets no row, so 10,000 clients
 sampled 10 at a time write about 10 rows a round, not 10,000), model.pt (the global
