@@ -217,7 +217,8 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate_locally(msg: Message, context: Context) -> Message:
-    """Loss and accuracy of the received global model on this client's local test share."""
+    """Loss and accuracy of the received global model on this client's local test share, and its
+    per-class hits and totals (which the server sums: docs/privacy.md says what they reveal)."""
     policy, site = None, on_deployment_engine()
     try:
         config = parse_run_config(context.run_config)

@@ -199,7 +199,7 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
         )
     lines.append(f"each eps covers {summary['epsilon_covers']}; noise keyed by: {summary['noise']}")
     if summary["epsilon_does_not_cover"]:
-        lines.append(f"each eps does NOT cover {summary['epsilon_does_not_cover']}; measure it with "
+        lines.append(f"each eps does NOT cover {summary['epsilon_does_not_cover']}; audit this run: "
                      "`dirichlet-fl audit <run folder>`")
     lines += _aggregation_lines(config, summary)
     if not summary["accountant_assumptions_hold"]:

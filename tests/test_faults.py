@@ -89,6 +89,8 @@ def test_a_resumed_run_ends_with_the_same_ledgers_refusals_and_weights(runs: tup
     first, second = (json.loads((run / "summary.json").read_text()) for run in runs)
     assert first["status"] == second["status"] == "completed"
     assert first["clients"] == second["clients"]
+    assert first["dead_classes"] == second["dead_classes"]  # streaks replayed from the kept rows
+    assert first["final_per_class_recall"] == second["final_per_class_recall"]
     assert any(client["refused_rounds"] for client in first["clients"])  # budgets ran out: refusals recorded
 
     def ledger(run: Path) -> list[tuple[str, ...]]:
@@ -96,7 +98,9 @@ def test_a_resumed_run_ends_with_the_same_ledgers_refusals_and_weights(runs: tup
 
     assert ledger(whole) == ledger(resumed)
     assert "spent" in {row[2] for row in ledger(whole)}
-    columns = ("round", "trained", "refused", "failed", "max_epsilon", "central_accuracy", "central_loss")
+    columns = ("round", "trained", "refused", "failed", "max_epsilon", "central_accuracy", "central_loss",
+               "central_balanced_accuracy", "central_macro_auc", "federated_balanced_accuracy",
+               *(f"central_recall_{c}" for c in range(10)), *(f"federated_recall_{c}" for c in range(10)))
     assert [[r[c] for c in columns] for r in rows(whole / "rounds.csv")] == [
         [r[c] for c in columns] for r in rows(resumed / "rounds.csv")
     ]

@@ -65,6 +65,6 @@ def test_the_end_of_run_lines_say_what_each_eps_does_not_cover(tmp_path: Path, m
         assert not_covered == [] and summary["epsilon_does_not_cover"] is None
     else:
         assert summary["epsilon_does_not_cover"] == MECHANISMS[mechanism].does_not_cover
-        assert not_covered == [f"each eps does NOT cover {summary['epsilon_does_not_cover']}; measure it with "
+        assert not_covered == [f"each eps does NOT cover {summary['epsilon_does_not_cover']}; audit this run: "
                                "`dirichlet-fl audit <run folder>`"]
         assert "trained weights" in not_covered[0] and "docs/audit.md" in not_covered[0]
