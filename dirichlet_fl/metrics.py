@@ -3,8 +3,9 @@
 Accuracy hides a model that never predicts a rare class: on DermaMNIST one class is 67 % of the test
 set. MedMNIST reports accuracy and AUC; imbalanced-data studies add balanced accuracy (the mean
 per-class recall) and the per-class recalls themselves. Counts (per-class hits and totals) add up
-across clients exactly, so the federated evaluation sums them; AUC does not, so a federated AUC is the
-example-weighted mean of the clients' own (said wherever it is reported).
+across clients exactly, so the federated evaluation sums them (strategies/federated_evaluation.py). AUC
+does not decompose into numbers the clients could sum, and a mean of the clients' own AUCs is not the AUC
+of their union, so no federated AUC is reported (docs/privacy.md, "What evaluation replies reveal").
 """
 
 from __future__ import annotations
