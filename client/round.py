@@ -233,13 +233,15 @@ def train_round(
 def evaluate_round(
     config: RunConfig, client: Client, weights: dict[str, Tensor], node: NodeResources | None = None
 ) -> Metrics:
-    """Loss and accuracy of the global `weights` on the client's local test share (weighted like training),
-    and its per-class hits and totals, which the server sums (strategies/federated_evaluation.py)."""
+    """Loss and accuracy of the global `weights` on the client's local test share (weighted like training;
+    an empty share, whose loss and accuracy are nan, weighs 0), and its per-class hits and totals, which
+    the server sums (strategies/federated_evaluation.py)."""
     shard, data = client_data(config, client)
     model = build_run_model(config, data).to(shard.test_x.device)
     load_weights(model, weights, config, client)
     result = evaluate_model(model, shard.test_x, shard.test_y)
-    weight = reported_weight(int(shard.test_y.shape[0]), node or NodeResources())
+    count = int(shard.test_y.shape[0])
+    weight = reported_weight(count, node or NodeResources()) if count else 0.0
     return {"num-examples": weight, "eval-loss": result.loss, "eval-accuracy": result.accuracy,
             CLASS_HITS: list(result.counts.hits), CLASS_TOTALS: list(result.counts.totals)}
 

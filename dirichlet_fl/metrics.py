@@ -171,10 +171,9 @@ def dead_class_note(dead: Mapping[int, tuple[int, int]]) -> str:
 
 @torch.no_grad()
 def evaluate_model(model: torch.nn.Module, inputs: Tensor, labels: Tensor, batch_size: int = 1024) -> Evaluation:
-    """The model's Evaluation on (inputs, labels), forward passes in eval mode and in batches."""
+    """The model's Evaluation on (inputs, labels), forward passes in eval mode and in batches. Without
+    examples (a client's empty test share) one zero-size forward pass gives the number of classes, so
+    that its all-zero counts still add to the other clients'."""
     model.eval()
     logits = [model(inputs[start : start + batch_size]) for start in range(0, labels.shape[0], batch_size)]
-    if not logits:
-        num_classes = int(model(inputs[:1]).shape[1]) if inputs.shape[0] else 2
-        return evaluation_of(torch.zeros(0, num_classes), labels)
-    return evaluation_of(torch.cat(logits), labels)
+    return evaluation_of(torch.cat(logits) if logits else model(inputs[:0]), labels)

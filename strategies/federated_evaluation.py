@@ -33,7 +33,8 @@ def counts_of(metrics: MetricRecord) -> ClassCounts | None:
 
 def aggregate_evaluation(records: list[RecordDict], weighting_key: str) -> MetricRecord:
     """FedAvg's evaluate_metrics_aggr_fn: the weighted mean of every other metric (Flower's
-    aggregate_metricrecords) and the per-class counts summed, in the order of `records`."""
+    aggregate_metricrecords) over the replies of positive weight (a client with an empty test share
+    weighs 0; none left: nan), and the per-class counts of all of them summed, in the order of `records`."""
     scalars = []
     counts: ClassCounts | None = None
     for record in records:
@@ -41,8 +42,11 @@ def aggregate_evaluation(records: list[RecordDict], weighting_key: str) -> Metri
         own = counts_of(metrics)  # Flower checked that every reply has the same keys
         if own is not None:
             counts = own if counts is None else counts + own
-        scalars.append(RecordDict({"metrics": MetricRecord({k: v for k, v in metrics.items() if k not in COUNT_KEYS})}))
-    aggregate = aggregate_metricrecords(scalars, weighting_key)
+        if float(cast(float, metrics[weighting_key])) > 0:
+            kept = MetricRecord({k: v for k, v in metrics.items() if k not in COUNT_KEYS})
+            scalars.append(RecordDict({"metrics": kept}))
+    aggregate = aggregate_metricrecords(scalars, weighting_key) if scalars else MetricRecord(
+        {"eval-loss": math.nan, "eval-accuracy": math.nan})
     if counts is not None:
         aggregate[CLASS_HITS], aggregate[CLASS_TOTALS] = list(counts.hits), list(counts.totals)
     return aggregate

@@ -15,6 +15,7 @@ from dirichlet_fl.metrics import (
     dead_class_note,
     dead_class_streaks,
     dead_of,
+    evaluate_model,
     evaluation_of,
     lasting,
     macro_auc,
@@ -105,3 +106,8 @@ def test_count_metrics_are_flat_and_per_class() -> None:
     metrics = ClassCounts(hits=(3, 0, 1), totals=(4, 0, 2)).metrics()
     assert metrics["recall_0"] == 0.75 and math.isnan(metrics["recall_1"]) and metrics["recall_2"] == 0.5
     assert metrics["min_class_recall"] == 0.5 and metrics["balanced_accuracy"] == pytest.approx(0.625)
+
+
+def test_a_model_on_no_examples_gives_all_zero_counts_of_every_class() -> None:
+    result = evaluate_model(torch.nn.Linear(4, 6), torch.zeros(0, 4), torch.zeros(0, dtype=torch.long))
+    assert result.counts == ClassCounts((0,) * 6, (0,) * 6) and math.isnan(result.loss)

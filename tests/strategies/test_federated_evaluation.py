@@ -80,3 +80,17 @@ def test_replies_without_counts_give_loss_and_accuracy_only() -> None:
     assert federated == {"loss": 1.0, "accuracy": 0.5}
     assert federated_metrics(None) == {}
     assert math.isnan(federated_metrics(MetricRecord({"eval-accuracy": 0.5}))["loss"])
+
+
+def test_a_client_with_an_empty_test_share_adds_zero_counts_and_no_weight() -> None:
+    """10,000 clients share a test split of a few thousand: many evaluating clients hold no test example."""
+    empty = evaluation_of(torch.zeros(0, 2), torch.zeros(0, dtype=torch.long))
+    replies = [(10.0, 1.0, 0.5, [1, 0], [4, 2]),
+               (0.0, empty.loss, empty.accuracy, list(empty.counts.hits), list(empty.counts.totals))]
+    records = [RecordDict({"metrics": MetricRecord({"num-examples": w, "eval-loss": loss, "eval-accuracy": acc,
+                                                    CLASS_HITS: hits, CLASS_TOTALS: totals})})
+               for w, loss, acc, hits, totals in replies]
+    federated = federated_metrics(aggregate_evaluation(records, "num-examples"))
+    assert (federated["loss"], federated["accuracy"], federated["recall_0"]) == (1.0, 0.5, 0.25)
+    alone = federated_metrics(aggregate_evaluation(records[1:], "num-examples"))
+    assert math.isnan(alone["loss"]) and math.isnan(alone["balanced_accuracy"])  # nothing to evaluate: nan
