@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from types import FrameType
 
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)  # two workers on two cores: one thread each, not two fighting for both
 
 
 @pytest.fixture

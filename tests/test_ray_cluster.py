@@ -25,6 +25,8 @@ import pytest
 
 from dirichlet_fl.simulation import APP_DIR
 
+pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
+
 RAY = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT = 60.0
 RUN_TIMEOUT = 150.0

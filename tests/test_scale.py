@@ -8,10 +8,14 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
+
 from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.simulation import simulate
 from dirichlet_fl.split import federated_split
+
+pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
 
 CLIENTS = 100
 SAMPLED = 5

@@ -12,6 +12,8 @@ import torch
 
 from dirichlet_fl.simulation import simulate
 
+pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
+
 SMALL = {"num-server-rounds": 3, "local-steps": 15, "partitioner": "iid"}
 
 

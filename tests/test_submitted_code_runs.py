@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
+
 ROOT = Path(__file__).resolve().parent.parent
 FLWR = Path(sys.executable).parent / "flwr"
 RUN_CONFIG = "num-server-rounds=1 local-steps=2 fraction-evaluate=0.0 results-dir='{results}'"

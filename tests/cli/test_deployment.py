@@ -28,7 +28,7 @@ from cli.staging import ConfigValue, render_config
 TEST_BUDGET_S = 120  # hard ceiling per test; the slowest (the smoke run) takes about 30 s
 
 
-pytestmark = pytest.mark.usefixtures("hard_timeout")  # tests/conftest.py, with TEST_BUDGET_S
+pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]  # tests/conftest.py, with TEST_BUDGET_S
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from cli.federation import Federation
 from cli.processes import DeploymentError
 
 TEST_BUDGET_S = 150  # the e2e test: one federation, three runs of about 17 s each on 2 shared cores
-pytestmark = pytest.mark.usefixtures("hard_timeout")
+pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
 
 APP_ID, VERSION = "@pilot-test/probe", "1.0.0"
 FAB_VERIFICATION_ERROR = 7  # the code of the SuperNode's FAB_VERIFICATION_ERROR reply (checked below)

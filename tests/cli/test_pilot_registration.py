@@ -20,7 +20,7 @@ from cli.federation import Federation
 from cli.processes import DeploymentError, base_env, executable
 
 TEST_BUDGET_S = 120
-pytestmark = pytest.mark.usefixtures("hard_timeout")
+pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
 
 
 @pytest.fixture

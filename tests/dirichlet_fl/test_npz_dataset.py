@@ -21,6 +21,8 @@ from dirichlet_fl.preflight import preflight
 from dirichlet_fl.simulation import APP_DIR, simulate
 from dirichlet_fl.split import federated_split
 
+pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
+
 SIZES = {"train": 140, "val": 21, "test": 35}
 CLASSES = 7
 

@@ -19,6 +19,8 @@ from dirichlet_fl.config import RunConfig
 from sims import accuracy_vs_epsilon
 from strategies.private_fedavg import PrivateFedAvg, seeded_sample
 
+pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
+
 
 def run_bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
     """Run `dirichlet-fl bench ...` through a parser built as the CLI builds it; return its --json output."""
