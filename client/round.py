@@ -205,7 +205,9 @@ def train_round(
         load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard)
         wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.lr.optimizer, model, learning_rate))
-        generator = client_generator(config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce)
+        generator = client_generator(
+            config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce
+        )
         privacy_rng = SecureRandom() if config.secure_rng else None
         batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng)
         mean_loss = train_locally(wrapped, optimizer, mechanism, batches, steps, on_step=progress)

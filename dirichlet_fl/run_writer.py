@@ -10,10 +10,10 @@ weights of the last complete round), checkpoint.pt (everything a resumed run nee
 weights, the strategy's state and every client's last known ledger), ledgers/ (each simulated
 client's own durable ledger file, client/ledger_store.py), curves.png (accuracy, loss and every
 client's eps against its target, redrawn after every round; dirichlet_fl.plots) and summary.json
-(written at the end, with the run's `status`: completed, stopped-no-client-can-train or failed). After every round the weights
-are written first, then the rows, then the checkpoint, each atomically (dirichlet_fl.files), so a run
-killed at any point leaves a consistent record of every round it completed, and a resumed run
-(RunWriter.resume) cuts any rows past its checkpoint and appends from there.
+(written at the end, with the run's `status`: completed, stopped-no-client-can-train or failed).
+After every round the weights are written first, then the rows, then the checkpoint, each atomically
+(dirichlet_fl.files), so a run killed at any point leaves a consistent record of every round it
+completed, and a resumed run (RunWriter.resume) cuts any rows past its checkpoint and appends from there.
 
 With keep-updates=true it also keeps what the coordinator sees in every round, for the update-view
 audit (`dirichlet-fl audit RUN_DIR --view updates`): updates/round-NNNN.npz holds `global`, the weights

@@ -118,7 +118,8 @@ def update_noise_multiplier(noise_multiplier: float, count_stddev: float) -> flo
         return 0.0
     if not noise_multiplier < 2 * count_stddev:
         raise ValueError(
-            f"client-noise-multiplier={noise_multiplier:g} needs client-clipped-count-stddev > {noise_multiplier / 2:g} "
+            f"client-noise-multiplier={noise_multiplier:g} needs "
+            f"client-clipped-count-stddev > {noise_multiplier / 2:g} "
             f"(got {count_stddev:g}): the clipped count's noise sigma_b must exceed z / 2 for adaptive clipping; "
             "raise client-clipped-count-stddev (Andrew et al. suggest the expected number of sampled clients / 20) "
             "or lower client-noise-multiplier"

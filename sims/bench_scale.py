@@ -106,7 +106,9 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         raise ValueError(f"--rounds={args.rounds} must be >= 2 (round 1 also calibrates every client)")
     if not (Path(args.data_root) / "t10k-images-idx3-ubyte.gz").is_file() and not (
         Path(args.data_root) / "t10k-images-idx3-ubyte").is_file():
-        raise FileNotFoundError(f"--data-root={args.data_root!r} holds no t10k-images-idx3-ubyte[.gz] (MNIST IDX files)")
+        raise FileNotFoundError(
+            f"--data-root={args.data_root!r} holds no t10k-images-idx3-ubyte[.gz] (MNIST IDX files)"
+        )
     populations = _populations(args.populations, args.sampled)
     for population in populations:
         _validate(population_overrides(args, population))

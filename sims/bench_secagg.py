@@ -125,7 +125,9 @@ def fixed_update_app(update: dict[str, np.ndarray], num_examples: int) -> Client
     return app
 
 
-def secure_round(config: RunConfig, grid: InProcessGrid, arrays: ArrayRecord) -> tuple[SecureFedAvg, ArrayRecord | None]:
+def secure_round(
+    config: RunConfig, grid: InProcessGrid, arrays: ArrayRecord
+) -> tuple[SecureFedAvg, ArrayRecord | None]:
     """One training round of SecureFedAvg over `grid`'s nodes, every node sampled."""
     strategy = SecureFedAvg(replace(config, fraction_train=1.0, fraction_evaluate=0.0))
     strategy.partition_of = {node: node - FIRST_NODE_ID for node in grid.contexts}
@@ -157,7 +159,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     if args.runs < 1 or args.clients < 2:
         raise ValueError("--runs must be >= 1 and --clients >= 2 (SecAgg+ needs two clients per round)")
     overrides = parse_overrides(args.run_config)
-    config = RunConfig.from_run_config(get_fused_config_from_dir(APP_DIR, overrides | {"secure-aggregation": "secaggplus"}))
+    fused = get_fused_config_from_dir(APP_DIR, overrides | {"secure-aggregation": "secaggplus"})
+    config = RunConfig.from_run_config(fused)
     model = initial_model(config, federated_split(config.split_spec(args.clients)).data)
     protocol = [protocol_seconds(config, args.clients, model) for _ in range(args.runs)]
     report: dict[str, Any] = {

@@ -145,8 +145,8 @@ def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path, n
     environment = {**os.environ, RAY_NICENESS_VARIABLE: str(niceness)}
     start = time.perf_counter()
     with open(out / "child.log", "w") as log:
-        child = subprocess.Popen(_child_command(kind, overrides, clients, out, gpus_per_client), cwd=APP_DIR, stdout=log,
-                                 stderr=subprocess.STDOUT, env=environment)
+        command = _child_command(kind, overrides, clients, out, gpus_per_client)
+        child = subprocess.Popen(command, cwd=APP_DIR, stdout=log, stderr=subprocess.STDOUT, env=environment)
         sampler = PeakMemory(lambda: [child.pid])
         sampler.start()
         code = child.wait()
@@ -255,7 +255,10 @@ def _final(out: Path) -> dict[str, Any]:
     """The child's final accuracy, and (Flower runs) how many client rounds failed: a run whose actor
     was killed (e.g. by Ray's out-of-memory monitor) still ends with exit code 0."""
     final = json.loads((out / "final.json").read_text())
-    return {"final_accuracy": float(final["final_accuracy"]), "failed_client_rounds": final.get("failed_client_rounds", 0)}
+    return {
+        "final_accuracy": float(final["final_accuracy"]),
+        "failed_client_rounds": final.get("failed_client_rounds", 0),
+    }
 
 
 def steady_and_fixed(run: dict[str, Any]) -> tuple[float, float]:
@@ -340,8 +343,10 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     config = get_fused_config_from_dir(APP_DIR, overrides)
     extra: dict[str, Any] = {}
     if args.flwr_run:
-        runs["flwr-run"] = [measure_flwr_run(overrides, args.clients, out_dir / f"flwr-run-{i}", args.ray_worker_niceness)
-                            for i in range(args.runs)]
+        runs["flwr-run"] = [
+            measure_flwr_run(overrides, args.clients, out_dir / f"flwr-run-{i}", args.ray_worker_niceness)
+            for i in range(args.runs)
+        ]
         extra["flwr-run"] = _summarise(runs["flwr-run"])
     memory_kind = "flwr-run" if args.flwr_run else "flower"
     peak = (extra.get("flwr-run") or flower)["max_peak_rss_bytes"]
@@ -376,7 +381,11 @@ def summary_lines(report: dict[str, object]) -> list[str]:
             f"wall {s['wall_seconds']:6.2f} s  peak RSS {s['peak_rss_bytes'] / 1024**3:5.2f} GB "
             f"(PSS {s['peak_pss_bytes'] / 1024**3:4.2f} GB)  "
             f"final accuracy {s['final_accuracy']:.4f}"
-            + (f"  ({s['failed_client_rounds']} client rounds FAILED: see child.log)" if s["failed_client_rounds"] else "")
+            + (
+                f"  ({s['failed_client_rounds']} client rounds FAILED: see child.log)"
+                if s["failed_client_rounds"]
+                else ""
+            )
         )
     for key, target in report["targets"].items():
         value = report["overhead_seconds_per_round"] if key.startswith("overhead") else report[

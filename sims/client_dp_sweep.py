@@ -75,7 +75,8 @@ class ClientDPLoop(FedAvgLoop):
 
 def run_cell(config: RunConfig, clients: int) -> dict[str, Any]:
     """One run; with client-noise-multiplier 0, the plain FedAvgLoop."""
-    loop: FedAvgLoop = ClientDPLoop(config, clients) if config.client_level.noise_multiplier > 0 else FedAvgLoop(config, clients)
+    private = config.client_level.noise_multiplier > 0
+    loop: FedAvgLoop = ClientDPLoop(config, clients) if private else FedAvgLoop(config, clients)
     rounds = [r for r in (loop.run_round(i) for i in range(1, config.num_server_rounds + 1)) if r is not None]
     cell: dict[str, Any] = {
         "noise_multiplier": config.client_level.noise_multiplier,
@@ -114,5 +115,6 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     for cell in report["cells"]:
         lines.append(f"{cell['noise_multiplier']:7g}  {cell.get('client_level_epsilon', float('inf')):30.3f}  "
                      f"{cell['final_accuracy']:8.4f}  {cell['max_example_epsilon']:19.4f}  "
-                     f"{cell.get('median_update_norm', float('nan')):18.3f}  {cell.get('last_clipping_norm', float('nan')):.4g}")
+                     f"{cell.get('median_update_norm', float('nan')):18.3f}  "
+                     f"{cell.get('last_clipping_norm', float('nan')):.4g}")
     return lines

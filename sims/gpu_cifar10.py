@@ -66,8 +66,8 @@ def train_mechanism(
     """Train a fresh model with one mechanism for `epochs` epochs; seconds of each epoch and peak memory."""
     train_x, train_y = data
     steps = args.steps_per_epoch or round(1.0 / args.sample_rate)
-    spec = MechanismSpec(name, args.epsilon, PAPER_DELTA, args.sample_rate, steps * epochs + args.warmup_steps, args.alpha,
-                         args.max_grad_norm, num_examples=int(train_y.shape[0]))
+    spec = MechanismSpec(name, args.epsilon, PAPER_DELTA, args.sample_rate, steps * epochs + args.warmup_steps,
+                         args.alpha, args.max_grad_norm, num_examples=int(train_y.shape[0]))
     mechanism = build_mechanism(spec)
     torch.manual_seed(args.seed)
     model = build_model(args.model, 3, 10, 32).to(device)
@@ -170,7 +170,8 @@ def summary_lines(report: dict[str, object]) -> list[str]:
         paper = PAPER_SECONDS_PER_EPOCH.get(name)
         accuracy = f", test accuracy {result['test_accuracy']:.4f}" if "test_accuracy" in result else ""
         lines.append(f"  {name:<9} {result['median_epoch_seconds']:8.2f} s/epoch (paper: "
-                     f"{f'~{paper:g} s' if paper else 'n/a'}), eps {result['epsilon']:.3f} (delta={PAPER_DELTA:g}){accuracy}")
+                     f"{f'~{paper:g} s' if paper else 'n/a'}), eps {result['epsilon']:.3f} "
+                     f"(delta={PAPER_DELTA:g}){accuracy}")
     if "dpsgd_over_dirichlet" in report:
         lines.append(f"  dpsgd/dirichlet = {report['dpsgd_over_dirichlet']:.2f} (paper: ~2)")
     if "federation" in report:
