@@ -21,7 +21,7 @@ ledgers, so that their lifetime spending continues; two calls at once on one --w
     sites/site-<i>/ledgers/   the site's lifetime ledger (client/site.py), one file per data set
     sites/site-<i>/secret/    the site's noise secret (mode 0600)
     sites/site-<i>/cache/     the shard of its partition, cached between the processes of each message
-    results/pilot-<k>/        the k-th run's folder (dirichlet_fl/runs.py)
+    results/pilot-<k>/        the k-th run's folder (dirichlet_fl/run_writer.py)
     logs/pilot-<k>/           the k-th call's process logs (flwr-run-1.log: its `flwr run` output)
     superlink/, supernode-<i>/, flwr-home/   the processes' working folders and FLWR_HOME
 """

@@ -165,7 +165,7 @@ def _failure(msg: Message, code: int, reason: str, policy: SitePolicy | None = N
 
 def _shown(metrics: dict[str, Any], config: RunConfig, site: bool) -> dict[str, Any]:
     """The metrics a site sends: in adaptive learning-rate mode the rate encodes the site's un-noised
-    test confidence (dirichlet_fl.task.client_learning_rate), so a site does not send it."""
+    test confidence (client.setup.client_learning_rate), so a site does not send it."""
     if site and config.lr.mode == "adaptive":
         return {key: value for key, value in metrics.items() if key != "learning-rate"}
     return metrics

@@ -342,7 +342,7 @@ def _reference_attacks(
 
 
 def _flat_parameter_gradients(model: nn.Module) -> Callable[[Tensor, Tensor], Tensor]:
-    """(inputs, labels) -> per-example cross-entropy gradients [n, d], laid out like runs.flatten_state
+    """(inputs, labels) -> per-example cross-entropy gradients [n, d], laid out like run_writer.flatten_state
     (state_dict order; zeros for buffers), via torch.func."""
     params = {name: p.detach() for name, p in model.named_parameters()}
     buffers = {name: b.detach() for name, b in model.named_buffers()}

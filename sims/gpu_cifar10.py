@@ -6,7 +6,7 @@ momentum, random crop + horizontal flip on the device (dirichlet_fl.augmentation
 reports about 30 s per epoch for Algorithm 1 and about 60 s for DP-SGD on a Quadro RTX 6000.
 
 Training is the app's client loop (client.training.train_locally) with the mechanism from
-privacy.mechanisms.build_mechanism, so what is timed is what a client runs. ResNet-18 uses GroupNorm
+privacy.registry.build_mechanism, so what is timed is what a client runs. ResNet-18 uses GroupNorm
 (the project's default: per-example independence, which Opacus needs too); the paper's Dirichlet runs
 used BatchNorm. A few untimed warm-up steps run first (allocator, cuDNN autotuning); then each epoch
 is timed with the device synchronised, and the report gives the median epoch and the peak device

@@ -65,8 +65,8 @@ def seeded_sample(key: tuple[int, str, int], ordered: list[int], population: int
 
 @dataclass(frozen=True)
 class RunResult:
-    """How PrivateFedAvg.run ended: the final global weights, the run's status (runs.COMPLETED or
-    runs.STOPPED_NO_CLIENT) and why, in one line."""
+    """How PrivateFedAvg.run ended: the final global weights, the run's status (run_writer.COMPLETED or
+    run_writer.STOPPED_NO_CLIENT) and why, in one line."""
 
     arrays: ArrayRecord
     status: str
