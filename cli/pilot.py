@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # Flower, torch and the app are imported when the command run
     from cli.app_signing import ReviewerKey
     from cli.federation import RunOutcome
     from cli.pilot_report import SiteOutcome
-    from client.site import SiteLedger
+    from client.site import LifetimeLedger
     from dirichlet_fl.config import RunConfig
 
 PROG = "dirichlet-fl pilot"
@@ -222,19 +222,19 @@ def sites_for(args: argparse.Namespace) -> list[Site]:
     return sites
 
 
-def open_ledger(site: Site, config: RunConfig) -> SiteLedger:
+def lifetime_ledger_of(site: Site, config: RunConfig) -> LifetimeLedger:
     """The site's lifetime ledger for its data, opened exactly as its ClientApp opens it: a corrupt file,
     a file of another data set, or a lifetime budget below what was spent raises ValueError naming it."""
-    from client.site import SitePolicy, site_ledger
+    from client.site import SitePolicy, open_lifetime_ledger
 
-    return site_ledger(SitePolicy.from_node_config(site.node_config), config)
+    return open_lifetime_ledger(SitePolicy.from_node_config(site.node_config), config)
 
 
-def _check_ledgers(sites: list[Site], config: RunConfig) -> str | None:
+def _check_lifetime_ledgers(sites: list[Site], config: RunConfig) -> str | None:
     """Every site's ledger problem is an input error, found before anything starts."""
     for site in sites:
         try:
-            open_ledger(site, config)
+            lifetime_ledger_of(site, config)
         except ValueError as error:
             return f"site {site.site_id}: {error}"
     return None
@@ -269,15 +269,15 @@ def _next_run_name(workdir: Path) -> str:
 
 def lifetime_position(site: Site, config: RunConfig) -> dict[str, Any]:
     """A site's lifetime spending after the call, read from its ledger as its ClientApp reads it."""
-    ledger = open_ledger(site, config)
-    spent = ledger.spent()
+    lifetime = lifetime_ledger_of(site, config)
+    spent = lifetime.spent()
     return {
         "target_epsilon": site.node_config["target-epsilon"],
         "lifetime_epsilon": site.node_config["lifetime-epsilon"],
         "lifetime_epsilon_spent": spent if math.isfinite(spent) else None,
-        "lifetime_delta": ledger.delta,
-        "runs_in_ledger": len(ledger.runs),
-        "ledger_file": str(ledger.store.path) if ledger.store.path.is_file() else None,
+        "lifetime_delta": lifetime.delta,
+        "runs_in_ledger": len(lifetime.runs),
+        "ledger_file": str(lifetime.store.path) if lifetime.store.path.is_file() else None,
         "noise": "node secret",
     }
 
@@ -370,7 +370,7 @@ def _run_locked(args: argparse.Namespace, app_dir: Path) -> int:
         config = RunConfig.from_run_config(get_fused_config_from_dir(app_dir, overrides))
     except ValueError as error:
         return _fail(f"--run-config: {error}")
-    problem = _check_ledgers(sites, config)
+    problem = _check_lifetime_ledgers(sites, config)
     if problem is not None:
         return _fail(problem)
     # One thread per process, as Ray gives a simulated client with num-cpus=1: torch's default (every
