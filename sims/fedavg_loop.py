@@ -29,8 +29,7 @@ from torch import Tensor, nn
 from client.round import Client, shard_of, train_round
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.device import resolve_device
-from dirichlet_fl.evaluation import evaluate, true_class_confidence
-from dirichlet_fl.metrics import evaluate_model
+from dirichlet_fl.metrics import evaluate, evaluate_model, true_class_confidence
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
 from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.split import ClientShard, federated_split

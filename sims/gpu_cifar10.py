@@ -38,7 +38,7 @@ from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.augmentation import random_crop_flip
 from dirichlet_fl.data import load_dataset
 from dirichlet_fl.device import resolve_device, synchronize
-from dirichlet_fl.evaluation import evaluate
+from dirichlet_fl.metrics import evaluate
 from dirichlet_fl.models import build_model
 from privacy.analysis import PAPER_DELTA
 from privacy.mechanisms import MechanismSpec

@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord
 
 from cli.audit import add_parser
 from dirichlet_fl.config import DataConfig, RunConfig
-from dirichlet_fl.evaluation import evaluate
+from dirichlet_fl.metrics import evaluate
 from dirichlet_fl.run_audit import audit_run, matched_candidates, pooled_candidates
 from dirichlet_fl.run_model import build_run_model
 from dirichlet_fl.run_reader import CHECKPOINT, load_run
