@@ -18,11 +18,11 @@ import hashlib
 import hmac
 import os
 import secrets
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from client.locked_json import LockedJsonError, LockedJsonFile, private_folder
+from dirichlet_fl.files import publish_once
 
 SECRET_FILE = "node-secret"
 SECRET_BYTES = 32
@@ -35,7 +35,7 @@ def stored_secret(folder: Path) -> bytes:
     path = folder / SECRET_FILE
     if not path.exists():
         private_folder(folder)
-        publish_once(path, secrets.token_hex(SECRET_BYTES) + "\n")
+        publish_once(path, (secrets.token_hex(SECRET_BYTES) + "\n").encode())
     try:
         secret = bytes.fromhex(path.read_text().strip())
     except (OSError, ValueError) as error:
@@ -45,23 +45,6 @@ def stored_secret(folder: Path) -> bytes:
         raise ValueError(f"node secret {path} holds {len(secret)} bytes, not {SECRET_BYTES}; restore it or remove it")
     os.chmod(path, 0o600)
     return secret
-
-
-def publish_once(path: Path, text: str) -> None:
-    """Write `text` to `path` unless it exists, so that no reader ever sees it half written: the text goes
-    to a private temporary file first, which is then hard-linked into place (link refuses an existing
-    name, so of two processes starting at once exactly one secret wins and both read it)."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.link(temporary, path)
-    except FileExistsError:
-        pass  # another process of this node published first: everyone reads theirs
-    finally:
-        os.unlink(temporary)
 
 
 def derived_key(secret: bytes, label: str) -> bytes:
