@@ -1,29 +1,13 @@
 """`dirichlet-fl pilot`: a consortium rehearsal on Flower's Deployment Engine, on loopback, in one command.
 
-It starts one `flower-superlink` (TLS, SuperNode authentication, on 127.0.0.1, reached by the sites only
-through a Fleet-only gateway: cli/fleet_gateway.py) and one `flower-supernode` per site (cli/federation.py's
-Federation), each pinned to the app's signing key (cli/app_signing.py) and with its own node config: its
-data (a partition of the run's data set, or its own `.npz` file), its target eps, its lifetime eps, its
-ledger folder and its noise secret. It then signs this app, serves it from a loopback Hub stand-in
-(cli/app_hub.py), submits it with `flwr run @publisher/app==version`, waits for the end, reports what each
-site did in this call (cli/pilot_report.py) and stops every process it started, by PID (also on Ctrl-C or
-SIGTERM). docs/pilot-security.md says what this protects against whom.
-
-A second call with the same --workdir reuses the sites: their certificates, keys, secrets and
-ledgers, so that their lifetime spending continues; two calls at once on one --workdir are refused
-(a lock on pilot.lock). Layout of --workdir:
-
-    pilot.lock     held by the running call (its PID inside)
-    certificates/  CA and SuperLink certificate (cli/certificates.py)
-    keys/          each site's authentication key pair
-    reviewer/      the Ed25519 key that signs the app (cli/app_signing.py); in a consortium, the reviewer's
-    sites/site-<i>/trusted-entities.yaml   the signing keys the site accepts (--trusted-entities)
-    sites/site-<i>/ledgers/   the site's lifetime ledger (client/site.py), one file per data set
-    sites/site-<i>/secret/    the site's noise secret (mode 0600)
-    sites/site-<i>/cache/     the shard of its partition, cached between the processes of each message
-    results/pilot-<k>/        the k-th run's folder (dirichlet_fl/run_writer.py)
-    logs/pilot-<k>/           the k-th call's process logs (flwr-run-1.log: its `flwr run` output)
-    superlink/, supernode-<i>/, flwr-home/   the processes' working folders and FLWR_HOME
+It starts a `flower-superlink` (TLS, SuperNode authentication, reached by the sites only through a
+Fleet-only gateway, cli/fleet_gateway.py) and one `flower-supernode` per site (cli/federation.py), each
+pinned to the app's signing key (cli/app_signing.py) and with its own data, target and lifetime eps,
+ledger folder and noise secret; it signs this app, serves it from a loopback Hub stand-in
+(cli/app_hub.py), submits it, reports what each site did (cli/pilot_report.py) and stops every process
+it started, by PID. A second call on the same --workdir (locked by pilot.lock) reuses the sites, so
+their lifetime spending continues. The workdir's layout: docs/consortium.md; what this protects against
+whom: docs/pilot-security.md.
 """
 
 from __future__ import annotations
