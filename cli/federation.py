@@ -1,18 +1,12 @@
 """A Flower 1.42 Deployment Engine on loopback: one SuperLink, N SuperNodes, TLS and SuperNode authentication.
 
-A consortium pilot needs the real Deployment Engine, secured as a production federation would be: the
-SuperLink serves TLS with a certificate the sites verify against a CA, only SuperNodes whose public key
-was registered beforehand may connect (``--enable-supernode-auth``), and no app dependency is installed
-at run time. `Federation` starts all of that on 127.0.0.1, waits until each part is ready (polling
-ports and logs, never fixed sleeps), submits runs through the ``flwr`` CLI, and stops every process it
-started (cli/processes.py). Facts measured against flwr 1.42.0:
-
-* Fleet, Control and Runtime APIs share the SuperLink's one HTTPS port (``--host``, ``--port``).
-* A SuperNode gets ``--superlink``, ``--root-certificates``, ``--auth-supernode-private-key``,
-  ``--node-config 'k=v ...'`` and ``--port`` (its local Runtime API); its key is registered first with
-  ``flwr supernode register KEY.pub <connection>``.
-* ``flwr run`` exits 0 even when the ServerApp failed; it then prints ``Exit Code: <n>`` (201 for an
-  exception raised in the ServerApp) and ``flwr list --run-id`` says ``finished:failed``.
+A consortium pilot needs the real Deployment Engine, secured as a production federation would be: TLS
+with a certificate the sites verify against a CA, only SuperNodes whose public key was registered
+beforehand (``--enable-supernode-auth``), and no app dependency installed at run time. `Federation`
+starts all of that on 127.0.0.1, waits until each part is ready (polling ports and logs, never fixed
+sleeps), submits runs through the ``flwr`` CLI and stops every process it started (cli/processes.py).
+Measured against flwr 1.42.0: the three APIs share one HTTPS port, and ``flwr run`` exits 0 even when
+the ServerApp failed (it prints ``Exit Code: <n>``; ``flwr list --run-id`` says ``finished:failed``).
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """What a site (a SuperNode) decides for itself: its policy, its data's identity, what it discloses.
 
-The coordinator writes the run config; a site writes its node config, and the site's word wins:
-
-- `target-epsilon` is the site's budget for a run, whatever the run config asks; without it the
-  run's ask is used, but never above `max-target-epsilon`; `delta` is the largest delta the site
-  accepts (and its lifetime ledger's), `alpha` the only alpha it trains with, `allowed-mechanisms`
-  the mechanisms it trains with. A run asking for more is refused (POLICY_REFUSED), naming the key.
-- On the Deployment Engine a site that sets none of them is still protected: `delta` defaults to
-  DEFAULT_SITE_DELTA and `allowed-mechanisms` to the private ones, and a node without `secret-dir`
-  is refused unless it opts out with `insecure-noise=true` (noise then reproducible from the run's
-  seed, which the coordinator knows). In simulation the node config is Flower's own, not a site's.
-- `secret-dir` (default: `ledger-dir`) holds the node's secret (client/secret_store.py), `ledger-dir`
-  the lifetime ledger of each data set it trains on (client/lifetime_ledger.py), keyed by the
-  fingerprint of the data; `data-file` is the site's own data, `aggregation-weight` the weight it
-  sends instead of its example count, `cache-dir` where it caches its partition between processes.
-- A failure reason sent to the coordinator names no site path and no exact example count.
+The coordinator writes the run config, a site its node config, and the site's word wins: its
+`target-epsilon` (capped by `max-target-epsilon`), the largest `delta` it accepts, its one `alpha` and
+its `allowed-mechanisms`; a run asking for more is refused (POLICY_REFUSED), naming the key. On the
+Deployment Engine a site that sets none of them still gets safe defaults, and a node without
+`secret-dir` is refused unless it sets `insecure-noise=true`. `ledger-dir` holds its lifetime ledgers
+(client/lifetime_ledger.py), keyed by its data's fingerprint. A failure reason sent to the coordinator
+names no site path and no exact example count. Every key: docs/configuration.md and docs/consortium.md.
 """
 
 from __future__ import annotations

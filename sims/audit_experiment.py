@@ -1,25 +1,12 @@
 """The audit experiment (`dirichlet-fl audit-experiment`): does a model claimed at eps leak like eps, at
 matched utility, under the strongest attacks a CPU affords?
 
-Per seed and arm (each mechanism at each eps, `none`, and the CONTROL) one model is trained on the
-seed's members (sims/audit_training.py: a fixed pool of candidates, each a member by a fair coin per
-seed, so every bound here is a valid DP lower bound). The control trains without privacy on as many
-NON-candidates: its true eps with respect to the candidates is 0, so its bounds show each attack's
-false-alarm level, and its accuracy is the utility every arm is matched against. Every arm without a
---rate first chooses its rate (and DP-SGD its clip norm) on a validation split of non-candidates
-(sims/audit_tuning.py).
-
-Attacks (privacy.audit; higher score = member):
-- loss: -loss of the candidate under the target (the classic threshold attack);
-- lira / rmia: offline LiRA and RMIA against K reference models per arm, each trained like the
-  target (same mechanism, eps and setting) on a random half of the pool (its own coins), never on the
-  seed's members as such; RMIA compares with a population of candidates/2 examples no model trains on;
-- one-run <attack>: Steinke, Nasr and Jagielski (2023) on the same scores (privacy.audit.one_run).
-The split-half attacks choose a threshold on one random half of the candidates and measure it on the
-other with Clopper-Pearson 95% bounds. Matched utility is checked per seed (accuracy within `margin` of
-that seed's control); the pooled rows pool ONLY the matched seeds (summed held-out counts, or summed
-one-run guesses) and say how many; a seed that misses is reported per seed and named in the pooled
-row, never pooled. How K moves LiRA's and RMIA's bound is measured with only the first K' references.
+Per seed and arm (each mechanism at each eps, `none`, and the CONTROL) one model is trained on the seed's
+members, each candidate a member by a fair coin (sims/audit_training.py), so every bound is a valid DP
+lower bound; the control trains on non-candidates only and sets each attack's false-alarm level and the
+utility to match. Rates are tuned on non-candidates (sims/audit_tuning.py). Attacks (privacy.audit): loss,
+offline LiRA and RMIA against K reference models, and one-run auditing of each; pooled rows pool only the
+seeds at matched utility and say how many. The method and the results: docs/audit.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """`bench simulation`: what Flower + Ray cost per run and per round, against the same arithmetic in a loop.
 
-Each run is a fresh child process (as `flwr run` would be), so start-up includes imports, Ray and
-actor start-up. The two kinds alternate (flower, loop, loop, flower, ...) and the report takes
-medians over `--runs` of each:
-- flower: dirichlet_fl.simulation.simulate, the real ServerApp and ClientApp on Ray. Per-round times
-  come from the `seconds` column of the run's rounds.csv (the server's clock, written as each round
-  ends), so no log parsing is needed;
-- loop: sims.fedavg_loop.run_fedavg in one process, timing each round itself.
-
-Steady-state seconds per round: the median duration of rounds 2..R (round 1 also calibrates every
-client and warms caches). Fixed start-up: wall time of the process minus R x the steady round, i.e.
-everything that does not grow with the number of rounds. Peak memory: the largest sum of resident
-set sizes over the child and all its descendants (Ray's GCS, raylet, workers and actors), sampled
-from /proc every 0.2 s. RSS counts shared pages once per process, so the sum over-states memory
-that processes share (torch's libraries, Ray's object store); it is the conservative figure, and
-the peak sum of proportional set sizes (PSS, shared pages split among their users) is reported
-beside it, with each process's share at the peak.
-
-The loop runs torch with the threads a Flower client gets (THREADS_PER_CLIENT), and Ray's workers
-run at the loop's priority (--ray-worker-niceness 0; Ray's default is 15, measured here to make rounds
-several times slower whenever other work shares the cores), so that the two kinds differ by the
-engine only.
+Each run is a fresh child process, the kinds alternating: flower (dirichlet_fl.simulation.simulate, the
+real ServerApp and ClientApp on Ray; round times from rounds.csv's `seconds`) and loop
+(sims.fedavg_loop.run_fedavg, timing its own rounds, with the threads a Flower client gets). Steady
+seconds per round are the median of rounds 2..R, fixed start-up is wall time minus R steady rounds, and
+peak memory the largest RSS (and PSS) summed over the child and its descendants, sampled from /proc.
+Ray's workers run at the loop's priority so the kinds differ by the engine only. BENCHMARKS.md,
+section 3, has the method and the results.
 """
 
 from __future__ import annotations
