@@ -29,7 +29,7 @@ from dirichlet_fl.run_reader import FinishedRun, load_round_updates, load_run
 from privacy.audit.attacks import lira_offline_scores, per_example_losses, rmia_offline_scores
 from privacy.audit.one_run import one_run_bound, one_run_counts
 from privacy.audit.plot import plot_roc
-from privacy.audit.report import AuditReport, audit, audit_scores
+from privacy.audit.report import AuditReport, Claim, audit, audit_scores
 from privacy.audit.statistics import CONFIDENCE
 from privacy.audit.update_view import cosine_view_audit
 from privacy.audit.verdict import Verdict, verdict
@@ -264,8 +264,7 @@ def _final_model_attacks(
     chosen, nonmembers = torch.as_tensor(candidates.members), candidates.nonmembers
     member_scores = -per_example_losses(run.model, run.data.train_x[chosen], run.data.train_y[chosen])
     nonmember_scores = -test_losses[nonmembers]
-    report = audit(member_scores, nonmember_scores, claimed_eps=scope.claimed_eps, delta=scope.delta,
-                   covers=claim_covers, rng=rng, confidence=CONFIDENCE)
+    report = audit(member_scores, nonmember_scores, Claim(scope.claimed_eps, scope.delta, claim_covers), rng=rng)
     scores = np.concatenate([member_scores, nonmember_scores])
     is_member = np.arange(len(scores)) < len(member_scores)
     bound, details = one_run_result(scores, is_member, scope.delta)
@@ -310,9 +309,8 @@ def _reference_attacks(
         scores["rmia"] = rmia_offline_scores(target, references.candidate_confidence, references.in_mask)
     results = []
     for offset, (name, values) in enumerate(scores.items()):
-        report = audit_scores(values, is_member, claimed_eps=scope.claimed_eps, delta=scope.delta,
-                              rng=np.random.default_rng([*scope.seed, 9, offset]), covers=claim_covers,
-                              confidence=CONFIDENCE)
+        report = audit_scores(values, is_member, Claim(scope.claimed_eps, scope.delta, claim_covers),
+                              rng=np.random.default_rng([*scope.seed, 9, offset]))
         results.append(AttackResult(name, "final-model", scope.name, report.eps_lower_bound, report,
                                     _verdict(report.eps_lower_bound, scope.claimed_eps, utility),
                                     {"references": references.count}))
@@ -378,9 +376,8 @@ def _update_view_attacks(
     results = []
     for scope in scopes:
         _, _, is_member = candidates[scope.name]
-        view = cosine_view_audit(best[scope.name], is_member, claimed_eps=scope.claimed_eps, delta=scope.delta,
-                                 rng=np.random.default_rng([*scope.seed, 8]), covers=claim_covers,
-                                 confidence=CONFIDENCE)
+        view = cosine_view_audit(best[scope.name], is_member, Claim(scope.claimed_eps, scope.delta, claim_covers),
+                                 rng=np.random.default_rng([*scope.seed, 8]))
         results.append(AttackResult(
             "canary-gradient", "updates", scope.name, view.report.eps_lower_bound, view.report,
             _verdict(view.report.eps_lower_bound, scope.claimed_eps, utility),

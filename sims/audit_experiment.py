@@ -28,7 +28,7 @@ from dirichlet_fl.files import write_atomically
 from privacy.audit.attacks import lira_offline_scores, rmia_offline_scores
 from privacy.audit.one_run import OneRunCounts, one_run_bound, one_run_counts
 from privacy.audit.plot import plot_roc
-from privacy.audit.report import audit_scores
+from privacy.audit.report import Claim, audit_scores
 from privacy.audit.statistics import CONFIDENCE, AttackCounts, epsilon_from_counts
 from privacy.audit.verdict import verdict
 from privacy.registry import covers
@@ -161,8 +161,8 @@ def seed_rows(config: ExperimentConfig, models: dict[str, TrainedModel], arm: Ar
     }
     rows = []
     for name, scores in attack_scores(config, models, arm, seed).items():
-        report = audit_scores(scores, coins, claimed_eps=target.claimed_eps, delta=config.delta,
-                              rng=np.random.default_rng([seed, 2]), covers=_covers(arm), confidence=CONFIDENCE)
+        report = audit_scores(scores, coins, Claim(target.claimed_eps, config.delta, _covers(arm)),
+                              rng=np.random.default_rng([seed, 2]))
         row = {**base, "attack": name, "auc": report.auc, "tpr_at_fpr_1pct": report.tpr_at_fpr_1pct,
                "tpr_at_fpr_01pct": report.tpr_at_fpr_01pct, "eps_lower_bound": report.eps_lower_bound,
                **asdict(report.bound.counts)}
@@ -239,8 +239,8 @@ def reference_sweep(config: ExperimentConfig, models: dict[str, TrainedModel], r
             for seed in seeds:
                 scores = attack_scores(config, models, arm, seed, references=k)
                 for name in ("lira", "rmia"):
-                    report = audit_scores(scores[name], _coins(config, seed), claimed_eps=math.inf, delta=config.delta,
-                                          rng=np.random.default_rng([seed, 2]), confidence=CONFIDENCE)
+                    report = audit_scores(scores[name], _coins(config, seed), Claim(math.inf, config.delta),
+                                          rng=np.random.default_rng([seed, 2]))
                     totals[name] = totals[name] + report.bound.counts if name in totals else report.bound.counts
             bounds = {name: epsilon_from_counts(counts, config.delta, CONFIDENCE) for name, counts in totals.items()}
             sweep.append({"arm": arm.name, "references": k, "seeds_pooled": len(seeds),
@@ -300,7 +300,7 @@ def write_outputs(out: Path, experiment: Experiment) -> None:
     write_atomically(out / "losses.npz", buffer.getvalue())
     seed = config.seeds[0]
     curves = {
-        f"{arm.name} {name}": audit_scores(scores, _coins(config, seed), claimed_eps=math.inf, delta=config.delta,
+        f"{arm.name} {name}": audit_scores(scores, _coins(config, seed), Claim(math.inf, config.delta),
                                            rng=np.random.default_rng([seed, 2]))
         for arm in config.arms() if arm.name != CONTROL
         for name, scores in attack_scores(config, experiment.models, arm, seed).items()

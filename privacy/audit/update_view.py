@@ -14,8 +14,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from privacy.audit.report import AuditReport, audit_scores
-from privacy.audit.statistics import CONFIDENCE, boolean_mask
+from privacy.audit.report import AuditReport, Claim, audit_scores
+from privacy.audit.statistics import boolean_mask
 
 
 def canary_cosines(updates: np.ndarray | Sequence[np.ndarray], canaries: np.ndarray) -> np.ndarray:
@@ -96,14 +96,7 @@ class UpdateViewAudit:
 
 
 def cosine_view_audit(
-    cosines: np.ndarray,
-    in_mask: np.ndarray,
-    *,
-    claimed_eps: float,
-    delta: float,
-    rng: np.random.Generator,
-    covers: str = "the model updates",
-    confidence: float = CONFIDENCE,
+    cosines: np.ndarray, in_mask: np.ndarray, claim: Claim, *, rng: np.random.Generator
 ) -> UpdateViewAudit:
     """The eps estimate and the split-half bound from the cosines of each canary with the updates
     (canary_cosines for fixed canary directions; for directions that change from round to round, e.g. an
@@ -113,8 +106,6 @@ def cosine_view_audit(
     update); the others are the null. The bound is valid when that choice was random."""
     values = np.asarray(cosines, dtype=np.float64).reshape(-1)
     inserted = boolean_mask("in_mask", in_mask, values.shape)
-    eps_estimate, mu = gaussian_epsilon_estimate(values[inserted], values[~inserted], delta)
-    report = audit_scores(
-        values, inserted, claimed_eps=claimed_eps, delta=delta, rng=rng, covers=covers, confidence=confidence
-    )
+    eps_estimate, mu = gaussian_epsilon_estimate(values[inserted], values[~inserted], claim.delta)
+    report = audit_scores(values, inserted, claim, rng=rng)
     return UpdateViewAudit(eps_estimate, mu, report, values, inserted)
