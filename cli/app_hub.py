@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import ThreadingHTTPServer
 
 from cli.app_signing import Verification
+from cli.http_service import HttpService, QuietHandler
 from cli.processes import LOOPBACK
 
 FETCH_PATH = "/hub/fetch-fab"
@@ -39,7 +38,7 @@ class PublishedApp:
         return hashlib.sha256(self.fab).hexdigest()
 
 
-class AppHub:
+class AppHub(HttpService):
     """A threaded HTTP server on 127.0.0.1 answering Flower's ``fetch-fab`` and FAB downloads.
 
     Use as a context manager; ``url`` is what the SuperLink gets as ``FLWR_SUPERGRID_API_URL``.
@@ -48,8 +47,7 @@ class AppHub:
     def __init__(self) -> None:
         self.apps: dict[tuple[str, str], PublishedApp] = {}
         self.requests: list[dict[str, object]] = []
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), _handler_for(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, name="app-hub", daemon=True)
+        super().__init__(ThreadingHTTPServer((LOOPBACK, 0), _handler_for(self)), "app-hub")
 
     @property
     def url(self) -> str:
@@ -60,17 +58,6 @@ class AppHub:
         """Serve ``app`` (replacing an earlier FAB of the same id and version); return its ``flwr run`` spec."""
         self.apps[(app.app_id, app.version)] = app
         return f"{app.app_id}=={app.version}"
-
-    def __enter__(self) -> AppHub:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
     def fetch(self, body: dict[str, object]) -> tuple[int, dict[str, object]]:
         """Flower Hub's ``fetch-fab`` answer for ``{app_id, app_version}``: 404 with a detail if unknown."""
@@ -87,34 +74,24 @@ class AppHub:
         return next((app.fab for app in self.apps.values() if app.fab_hash == fab_hash), None)
 
 
-def _handler_for(hub: AppHub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler_for(hub: AppHub) -> type[QuietHandler]:
+    class Handler(QuietHandler):
         """POST /hub/fetch-fab (JSON) and GET /fab/<sha256> (the FAB's bytes); anything else is 404."""
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             if self.path != FETCH_PATH:
-                return self._send(404, b'{"detail": "not found"}', "application/json")
+                return self.send_body(404, b'{"detail": "not found"}', "application/json")
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
             except ValueError:
-                return self._send(400, b'{"detail": "body is not JSON"}', "application/json")
+                return self.send_body(400, b'{"detail": "body is not JSON"}', "application/json")
             status, answer = hub.fetch(body if isinstance(body, dict) else {})
-            self._send(status, json.dumps(answer).encode(), "application/json")
+            self.send_body(status, json.dumps(answer).encode(), "application/json")
 
         def do_GET(self) -> None:  # noqa: N802
             fab = hub.fab_by_hash(self.path.removeprefix(_FAB_PREFIX)) if self.path.startswith(_FAB_PREFIX) else None
             if fab is None:
-                return self._send(404, b"not found", "text/plain")
-            self._send(200, fab, "application/octet-stream")
-
-        def _send(self, status: int, payload: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
-            """Quiet: the SuperLink's log records what it fetched."""
+                return self.send_body(404, b"not found", "text/plain")
+            self.send_body(200, fab, "application/octet-stream")
 
     return Handler

@@ -1,17 +1,11 @@
 """App pinning with Flower 1.42's own FAB verification: a reviewer's Ed25519 key signs the app, each site
 trusts only that key (``flower-supernode --trusted-entities``) and refuses any other app before its code runs.
 
-Flower's SuperNode, given ``--trusted-entities FILE`` (a YAML map ``key-id: 'ssh-ed25519 ...'``), checks every
-new run's FAB before it creates a task for it: the FAB must carry a verification record of a trusted key,
-an Ed25519 signature over ``signed_at (8 bytes big-endian) || sha256(FAB)``, else the site answers the
-message with Flower's FAB_VERIFICATION_ERROR and starts no ClientApp process (flwr/supernode/
-start_client_internal.py, ``_verify_fab``). Flower 1.42 attaches verification records only to FABs the
-SuperLink fetched from a Hub (``flwr run @publisher/app==x.y.z``); a FAB submitted from a folder carries
-none and is refused by every pinned site. cli/app_hub.py serves the signed FAB as that Hub.
-
-The signature is checked at the site with the site's own copy of the public key, so neither the Hub nor
-the SuperLink nor the coordinator can pass off another app. Run-config overrides are not signed: the site
-policy checks them (client/site.py).
+A pinned SuperNode checks every new run's FAB for an Ed25519 signature of a trusted key over
+``signed_at || sha256(FAB)`` and otherwise starts no ClientApp. Flower attaches such records only to FABs
+the SuperLink fetched from a Hub (cli/app_hub.py plays it). The site checks with its own copy of the
+public key, so neither the Hub nor the SuperLink nor the coordinator can pass off another app; run-config
+overrides are not signed, the site policy checks them (client/site.py). docs/pilot-security.md.
 """
 
 from __future__ import annotations

@@ -104,8 +104,10 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=len(defaults.seeds), help="seeds 0..N-1 (default 3)")
     parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in defaults.epsilons),
                         help="comma-separated target eps values, at delta=1e-5")
-    parser.add_argument("--splits", default=",".join(defaults.splits), help=f"subset of {','.join(accuracy_vs_epsilon.SPLITS)}")
-    parser.add_argument("--mechanisms", default=",".join(defaults.mechanisms), help=f"subset of {','.join(accuracy_vs_epsilon.MECHANISMS)}")
+    parser.add_argument("--splits", default=",".join(defaults.splits),
+                        help=f"subset of {','.join(accuracy_vs_epsilon.SPLITS)}")
+    parser.add_argument("--mechanisms", default=",".join(defaults.mechanisms),
+                        help=f"subset of {','.join(accuracy_vs_epsilon.MECHANISMS)}")
     parser.add_argument("--rounds", type=int, default=defaults.rounds)
     parser.add_argument("--local-epochs", type=float, default=defaults.local_epochs)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
@@ -154,7 +156,8 @@ def _gpu_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-client", type=float, default=0.25,
                         help="GPU share of each client (default 0.25: four train at once; 0 on a CPU)")
     parser.add_argument("--federation-rounds", type=int, default=3, help="rounds of the federated run (default 3)")
-    parser.add_argument("--federation-steps", type=int, default=20, help="local steps per client and round (default 20)")
+    parser.add_argument("--federation-steps", type=int, default=20,
+                        help="local steps per client and round (default 20)")
 
 
 def _secagg_options(parser: argparse.ArgumentParser) -> None:

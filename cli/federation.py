@@ -1,18 +1,12 @@
 """A Flower 1.42 Deployment Engine on loopback: one SuperLink, N SuperNodes, TLS and SuperNode authentication.
 
-A consortium pilot needs the real Deployment Engine, secured as a production federation would be: the
-SuperLink serves TLS with a certificate the sites verify against a CA, only SuperNodes whose public key
-was registered beforehand may connect (``--enable-supernode-auth``), and no app dependency is installed
-at run time. `Federation` starts all of that on 127.0.0.1, waits until each part is ready (polling
-ports and logs, never fixed sleeps), submits runs through the ``flwr`` CLI, and stops every process it
-started (cli/processes.py). Facts measured against flwr 1.42.0:
-
-* Fleet, Control and Runtime APIs share the SuperLink's one HTTPS port (``--host``, ``--port``).
-* A SuperNode gets ``--superlink``, ``--root-certificates``, ``--auth-supernode-private-key``,
-  ``--node-config 'k=v ...'`` and ``--port`` (its local Runtime API); its key is registered first with
-  ``flwr supernode register KEY.pub <connection>``.
-* ``flwr run`` exits 0 even when the ServerApp failed; it then prints ``Exit Code: <n>`` (201 for an
-  exception raised in the ServerApp) and ``flwr list --run-id`` says ``finished:failed``.
+A consortium pilot needs the real Deployment Engine, secured as a production federation would be: TLS
+with a certificate the sites verify against a CA, only SuperNodes whose public key was registered
+beforehand (``--enable-supernode-auth``), and no app dependency installed at run time. `Federation`
+starts all of that on 127.0.0.1, waits until each part is ready (polling ports and logs, never fixed
+sleeps), submits runs through the ``flwr`` CLI and stops every process it started (cli/processes.py).
+Measured against flwr 1.42.0: the three APIs share one HTTPS port, and ``flwr run`` exits 0 even when
+the ServerApp failed (it prints ``Exit Code: <n>``; ``flwr list --run-id`` says ``finished:failed``).
 """
 
 from __future__ import annotations
@@ -190,7 +184,8 @@ class Federation:
                 self.gateway = FleetGateway(self.certs, self.port or 0).__enter__()
             self.write_connection()
             pins = self.trusted_entities + [None] * (len(self.node_configs) - len(self.trusted_entities))
-            nodes = [self.launch_node(config, trusted_entities=pin) for config, pin in zip(self.node_configs, pins)]
+            nodes = [self.add_node(config, trusted_entities=pin, wait=False)
+                     for config, pin in zip(self.node_configs, pins)]
             self.await_nodes(nodes)
         except BaseException:
             self.stop()
@@ -327,37 +322,14 @@ class Federation:
         register: bool = True,
         site_id: int | None = None,
         trusted_entities: Path | None = None,
+        wait: bool = True,
     ) -> SuperNodeHandle:
-        """Register (unless ``register=False``) and start one SuperNode; wait until it connects.
-
-        Raises DeploymentError if the SuperNode cannot connect: a CA that did not sign the
-        SuperLink's certificate, a key the SuperLink does not know, or no connection in time.
-        """
-        node = self.launch_node(
-            node_config,
-            keys=keys,
-            root_certificates=root_certificates,
-            register=register,
-            site_id=site_id,
-            trusted_entities=trusted_entities,
-        )
-        self.await_nodes([node])
-        return node
-
-    def launch_node(
-        self,
-        node_config: Mapping[str, ConfigValue],
-        *,
-        keys: NodeKeys | None = None,
-        root_certificates: Path | None = None,
-        register: bool = True,
-        site_id: int | None = None,
-        trusted_entities: Path | None = None,
-    ) -> SuperNodeHandle:
-        """Register (unless ``register=False``) and start one SuperNode without waiting for it.
+        """Register (unless ``register=False``) and start one SuperNode; with ``wait``, until it connects.
 
         Keys default to ``workdir/keys/supernode-<site>`` (created if absent), the CA to the
-        federation's. Launch several, then ``await_nodes`` them: they connect in parallel.
+        federation's. Add several with ``wait=False``, then ``await_nodes`` them: they connect in
+        parallel. Raises DeploymentError if a SuperNode cannot connect: a CA that did not sign the
+        SuperLink's certificate, a key the SuperLink does not know, or no connection in time.
         """
         site = len(self.nodes) if site_id is None else site_id
         keys = keys or make_node_keys(self.workdir / "keys", site)
@@ -369,6 +341,8 @@ class Federation:
         process = self._spawn(f"supernode-{site}", argv, workdir, workdir / "flwr-home")
         handle = SuperNodeHandle(site, keys, dict(node_config), port, root, process, node_id)
         self.nodes.append(handle)
+        if wait:
+            self.await_nodes([handle])
         return handle
 
     def await_nodes(self, nodes: Sequence[SuperNodeHandle]) -> None:

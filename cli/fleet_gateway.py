@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import json
 import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import ThreadingHTTPServer
 
 import httpx
 
 from cli.certificates import CertPaths
+from cli.http_service import HttpService, QuietHandler
 from cli.processes import LOOPBACK
 
 FLEET_PREFIX = "/v1/fleet/"
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
 
 
-class FleetGateway:
+class FleetGateway(HttpService):
     """A threaded HTTPS server on ``host`` forwarding ``/v1/fleet/*`` to the SuperLink on ``upstream_port``.
 
     Use as a context manager. ``refused`` counts the requests it turned away (for the report and the tests).
@@ -36,27 +35,18 @@ class FleetGateway:
         self.upstream = f"https://{LOOPBACK}:{upstream_port}"
         self.refused: list[str] = []
         self._client = httpx.Client(verify=ssl.create_default_context(cafile=str(certs.ca_cert)), timeout=120.0)
-        self._server = ThreadingHTTPServer((host, port), _handler_for(self))
+        server = ThreadingHTTPServer((host, port), _handler_for(self))
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(certs.server_cert, certs.server_key)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fleet-gateway", daemon=True)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        super().__init__(server, "fleet-gateway")
 
     @property
     def port(self) -> int:
         """The port the sites dial."""
         return int(self._server.server_address[1])
 
-    def __enter__(self) -> FleetGateway:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+    def close(self) -> None:
         self._client.close()
 
     def forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> httpx.Response | None:
@@ -68,8 +58,8 @@ class FleetGateway:
         return self._client.request(method, self.upstream + path, headers=kept, content=body)
 
 
-def _handler_for(gateway: FleetGateway) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler_for(gateway: FleetGateway) -> type[QuietHandler]:
+    class Handler(QuietHandler):
         """Every method goes through `FleetGateway.forward`; refused or failed requests get a JSON detail."""
 
         protocol_version = "HTTP/1.1"
@@ -93,14 +83,6 @@ def _handler_for(gateway: FleetGateway) -> type[BaseHTTPRequestHandler]:
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay  # noqa: N815 (http.server's naming)
 
         def _send(self, status: int, payload: dict[str, str]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
-            """Quiet: refusals are kept in `FleetGateway.refused`."""
+            self.send_body(status, json.dumps(payload).encode(), "application/json")
 
     return Handler

@@ -24,7 +24,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="show per-client label counts of a federated split",
         description="Split a data set's training examples among clients and print each client's label counts.",
     )
-    parser.add_argument("--dataset", default="digits", help="digits, mnist-idx, mnist, fashionmnist, cifar10, svhn or a 2D MedMNIST set (default: digits)")
+    parser.add_argument(
+        "--dataset", default="digits",
+        help="digits, mnist-idx, mnist, fashionmnist, cifar10, svhn or a 2D MedMNIST set (default: digits)",
+    )
     parser.add_argument("--data-root", default=None, help="folder holding the data set's files")
     parser.add_argument("--download", action="store_true", help="fetch missing files (needs internet)")
     parser.add_argument("--size", type=int, default=28, help="MedMNIST image size: 28, 64, 128 or 224")

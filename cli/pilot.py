@@ -1,29 +1,13 @@
 """`dirichlet-fl pilot`: a consortium rehearsal on Flower's Deployment Engine, on loopback, in one command.
 
-It starts one `flower-superlink` (TLS, SuperNode authentication, on 127.0.0.1, reached by the sites only
-through a Fleet-only gateway: cli/fleet_gateway.py) and one `flower-supernode` per site (cli/federation.py's
-Federation), each pinned to the app's signing key (cli/app_signing.py) and with its own node config: its
-data (a partition of the run's data set, or its own `.npz` file), its target eps, its lifetime eps, its
-ledger folder and its noise secret. It then signs this app, serves it from a loopback Hub stand-in
-(cli/app_hub.py), submits it with `flwr run @publisher/app==version`, waits for the end, reports what each
-site did in this call (cli/pilot_report.py) and stops every process it started, by PID (also on Ctrl-C or
-SIGTERM). docs/pilot-security.md says what this protects against whom.
-
-A second call with the same --workdir reuses the sites: their certificates, keys, secrets and
-ledgers, so that their lifetime spending continues; two calls at once on one --workdir are refused
-(a lock on pilot.lock). Layout of --workdir:
-
-    pilot.lock     held by the running call (its PID inside)
-    certificates/  CA and SuperLink certificate (cli/certificates.py)
-    keys/          each site's authentication key pair
-    reviewer/      the Ed25519 key that signs the app (cli/app_signing.py); in a consortium, the reviewer's
-    sites/site-<i>/trusted-entities.yaml   the signing keys the site accepts (--trusted-entities)
-    sites/site-<i>/ledgers/   the site's lifetime ledger (client/site.py), one file per data set
-    sites/site-<i>/secret/    the site's noise secret (mode 0600)
-    sites/site-<i>/cache/     the shard of its partition, cached between the processes of each message
-    results/pilot-<k>/        the k-th run's folder (dirichlet_fl/runs.py)
-    logs/pilot-<k>/           the k-th call's process logs (flwr-run-1.log: its `flwr run` output)
-    superlink/, supernode-<i>/, flwr-home/   the processes' working folders and FLWR_HOME
+It starts a `flower-superlink` (TLS, SuperNode authentication, reached by the sites only through a
+Fleet-only gateway, cli/fleet_gateway.py) and one `flower-supernode` per site (cli/federation.py), each
+pinned to the app's signing key (cli/app_signing.py) and with its own data, target and lifetime eps,
+ledger folder and noise secret; it signs this app, serves it from a loopback Hub stand-in
+(cli/app_hub.py), submits it, reports what each site did (cli/pilot_report.py) and stops every process
+it started, by PID. A second call on the same --workdir (locked by pilot.lock) reuses the sites, so
+their lifetime spending continues. The workdir's layout: docs/consortium.md; what this protects against
+whom: docs/pilot-security.md.
 """
 
 from __future__ import annotations
@@ -44,7 +28,7 @@ if TYPE_CHECKING:  # Flower, torch and the app are imported when the command run
     from cli.app_signing import ReviewerKey
     from cli.federation import RunOutcome
     from cli.pilot_report import SiteOutcome
-    from client.site import SiteLedger
+    from client.site import LifetimeLedger
     from dirichlet_fl.config import RunConfig
 
 PROG = "dirichlet-fl pilot"
@@ -222,19 +206,19 @@ def sites_for(args: argparse.Namespace) -> list[Site]:
     return sites
 
 
-def open_ledger(site: Site, config: RunConfig) -> SiteLedger:
+def lifetime_ledger_of(site: Site, config: RunConfig) -> LifetimeLedger:
     """The site's lifetime ledger for its data, opened exactly as its ClientApp opens it: a corrupt file,
     a file of another data set, or a lifetime budget below what was spent raises ValueError naming it."""
-    from client.site import SitePolicy, site_ledger
+    from client.site import SitePolicy, open_lifetime_ledger
 
-    return site_ledger(SitePolicy.from_node_config(site.node_config), config)
+    return open_lifetime_ledger(SitePolicy.from_node_config(site.node_config), config)
 
 
-def _check_ledgers(sites: list[Site], config: RunConfig) -> str | None:
+def _check_lifetime_ledgers(sites: list[Site], config: RunConfig) -> str | None:
     """Every site's ledger problem is an input error, found before anything starts."""
     for site in sites:
         try:
-            open_ledger(site, config)
+            lifetime_ledger_of(site, config)
         except ValueError as error:
             return f"site {site.site_id}: {error}"
     return None
@@ -269,15 +253,15 @@ def _next_run_name(workdir: Path) -> str:
 
 def lifetime_position(site: Site, config: RunConfig) -> dict[str, Any]:
     """A site's lifetime spending after the call, read from its ledger as its ClientApp reads it."""
-    ledger = open_ledger(site, config)
-    spent = ledger.spent()
+    lifetime = lifetime_ledger_of(site, config)
+    spent = lifetime.spent()
     return {
         "target_epsilon": site.node_config["target-epsilon"],
         "lifetime_epsilon": site.node_config["lifetime-epsilon"],
         "lifetime_epsilon_spent": spent if math.isfinite(spent) else None,
-        "lifetime_delta": ledger.delta,
-        "runs_in_ledger": len(ledger.runs),
-        "ledger_file": str(ledger.store.path) if ledger.store.path.is_file() else None,
+        "lifetime_delta": lifetime.delta,
+        "runs_in_ledger": len(lifetime.runs),
+        "ledger_file": str(lifetime.store.path) if lifetime.store.path.is_file() else None,
         "noise": "node secret",
     }
 
@@ -370,7 +354,7 @@ def _run_locked(args: argparse.Namespace, app_dir: Path) -> int:
         config = RunConfig.from_run_config(get_fused_config_from_dir(app_dir, overrides))
     except ValueError as error:
         return _fail(f"--run-config: {error}")
-    problem = _check_ledgers(sites, config)
+    problem = _check_lifetime_ledgers(sites, config)
     if problem is not None:
         return _fail(problem)
     # One thread per process, as Ray gives a simulated client with num-cpus=1: torch's default (every

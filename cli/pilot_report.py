@@ -19,7 +19,7 @@ from typing import Any
 STATUS_LINE = "dirichlet-fl run status:"
 """The ServerApp's last line starts with this (server/server_app.py's STATUS_LINE; scripts/run.sh reads it too)."""
 FINISHED = ("completed", "stopped-no-client-can-train")
-"""The ServerApp's statuses for a run that ended without an error (dirichlet_fl/runs.py)."""
+"""The ServerApp's statuses for a run that ended without an error (dirichlet_fl/run_writer.py)."""
 EXIT_RUN_FAILED = 1
 EXIT_NO_SITE_TRAINED = 3
 """scripts/run.sh's code for "no client could train" (README, "Exit codes"), used by the pilot too."""

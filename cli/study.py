@@ -103,7 +103,8 @@ def study_of(args: argparse.Namespace, out_dir: Path) -> Study:
     mechanisms = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
     checks = [("--betas", bool(partitions), "give at least one beta or partition word"),
               ("--epsilons", bool(epsilons) and min(epsilons) > 0, "give eps values > 0"),
-              ("--mechanisms", bool(mechanisms) and set(mechanisms) <= set(MECHANISMS), "a subset of none,dirichlet,dpsgd"),
+              ("--mechanisms", bool(mechanisms) and set(mechanisms) <= set(MECHANISMS),
+               "a subset of none,dirichlet,dpsgd"),
               ("--seeds", args.seeds >= 1, "give >= 1"), ("--workers", args.workers >= 1, "give >= 1"),
               ("--num-clients", args.num_clients >= 2, "give >= 2")]
     for flag, ok, fix in checks:

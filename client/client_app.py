@@ -6,8 +6,8 @@ past its target eps (an Error reply, so the round goes on without it), and compo
 runs. The round itself lives in client/round.py.
 
 The ledger lives in context.state and in a durable file: on a SuperNode whose node config sets
-`ledger-dir`, the site's lifetime ledger (client/site_ledger.py), which holds every run on that
-data; in simulation `<run-dir>/ledgers/partition-<id>.json` (client/run_ledger.py) with the run folder
+`ledger-dir`, the site's lifetime ledger (client/lifetime_ledger.py), which holds every run on that
+data; in simulation `<run-dir>/ledgers/partition-<id>.json` (client/run_state_file.py) with the run folder
 the server sends in the train message's config. Before the round's first step the file is written
 ahead (the round's planned steps already composed, the state before the round kept beside them);
 after the round the exact ledger replaces it. A killed round leaves its plan, which the next reader
@@ -35,18 +35,18 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from client.progress import RoundProgress
-from client.round import NodeResources, evaluate_round, ledger_summary, train_round
-from client.run_ledger import RunLedger
+from client.round import NodeResources, accountant_summary, evaluate_round, train_round
+from client.run_state_file import RunStateFile
 from client.secret_store import new_nonce, run_noise_key
 from client.secure import aggregation_mod
 from client.site import (
     SitePolicy,
     node_secret,
     on_deployment_engine,
+    open_lifetime_ledger,
     protect_site_files,
     public_reason,
     site_client,
-    site_ledger,
 )
 from dirichlet_fl.config import RunConfig, parse_run_config
 from dirichlet_fl.protocol import (
@@ -93,21 +93,21 @@ def _run_nonce(context: Context, node_ledger_nonce: str | None) -> str:
 def _node(policy: SitePolicy, config: RunConfig, context: Context) -> tuple[NodeResources, str]:
     """The node's noise key and lifetime ledger (when its node config names their folders), and the run's
     nonce: a stored secret keys each run's noise by HMAC(secret, nonce), so runs never share noise."""
-    ledger = site_ledger(policy, config) if policy.ledger_dir else None
+    lifetime_ledger = open_lifetime_ledger(policy, config) if policy.ledger_dir else None
     run_key = str(context.run_id)
-    nonce = _run_nonce(context, None if ledger is None else ledger.nonce(run_key))
+    nonce = _run_nonce(context, None if lifetime_ledger is None else lifetime_ledger.nonce(run_key))
     secret = node_secret(policy, config)
     if secret is not None and policy.secret_dir:
         secret = run_noise_key(secret, nonce)
-    return NodeResources(secret, ledger, run_key, policy.aggregation_weight), nonce
+    return NodeResources(secret, lifetime_ledger, run_key, policy.aggregation_weight), nonce
 
 
-def run_ledger(msg: Message, partition_id: int) -> RunLedger | None:
+def run_state_file(msg: Message, partition_id: int) -> RunStateFile | None:
     """A simulated client's durable ledger file, under the run folder the server named in the message;
     None when it named none (the ledger then lives in context.state only)."""
     config = msg.content.config_records.get("config")
     if config is not None and RUN_DIR_KEY in config:
-        return RunLedger(Path(str(config[RUN_DIR_KEY])) / "ledgers" / f"partition-{partition_id}.json")
+        return RunStateFile(Path(str(config[RUN_DIR_KEY])) / "ledgers" / f"partition-{partition_id}.json")
     return None
 
 
@@ -117,15 +117,15 @@ class _Durable:
     ledger file, else context.state only (nothing durable)."""
 
     node: NodeResources
-    run_file: RunLedger | None
+    run_file: RunStateFile | None
     nonce: str
     server_round: int
     progress: RoundProgress | None = None
 
     def saved(self, context: Context) -> dict[str, Any] | None:
         """The client's ledger for this run (an interrupted round replaced by what it ran)."""
-        if self.node.ledger is not None:
-            return self.node.ledger.current(self.node.run_key)
+        if self.node.lifetime_ledger is not None:
+            return self.node.lifetime_ledger.current(self.node.run_key)
         if self.run_file is not None:
             return self.run_file.current()
         if STATE_KEY not in context.state:
@@ -134,8 +134,9 @@ class _Durable:
 
     def write_ahead(self, done: dict[str, Any], planned: dict[str, Any]) -> Callable[[int], None] | None:
         """Record the round's plan before its first step; returns the round's progress recorder."""
-        if self.node.ledger is not None:
-            self.progress = self.node.ledger.reserve(self.node.run_key, done, planned, self.server_round, self.nonce)
+        lifetime = self.node.lifetime_ledger
+        if lifetime is not None:
+            self.progress = lifetime.reserve(self.node.run_key, done, planned, self.server_round, self.nonce)
         elif self.run_file is not None:
             self.progress = self.run_file.reserve(done, planned, self.server_round)
         return self.progress
@@ -145,8 +146,8 @@ class _Durable:
         if self.progress is None:
             return
         try:
-            if self.node.ledger is not None:
-                self.node.ledger.commit(self.node.run_key, state)
+            if self.node.lifetime_ledger is not None:
+                self.node.lifetime_ledger.commit(self.node.run_key, state)
             elif self.run_file is not None:
                 self.run_file.commit(state, self.server_round)
         except BaseException:
@@ -165,7 +166,7 @@ def _failure(msg: Message, code: int, reason: str, policy: SitePolicy | None = N
 
 def _shown(metrics: dict[str, Any], config: RunConfig, site: bool) -> dict[str, Any]:
     """The metrics a site sends: in adaptive learning-rate mode the rate encodes the site's un-noised
-    test confidence (dirichlet_fl.task.client_learning_rate), so a site does not send it."""
+    test confidence (client.setup.client_learning_rate), so a site does not send it."""
     if site and config.lr.mode == "adaptive":
         return {key: value for key, value in metrics.items() if key != "learning-rate"}
     return metrics
@@ -186,8 +187,8 @@ def train(msg: Message, context: Context) -> Message:
             return _failure(msg, POLICY_REFUSED, f"client {client.partition_id}: {refusal}", policy, site)
         node, nonce = _node(policy, config, context)
         server_round = int(number(msg.content, "config", "server-round"))
-        durable = _Durable(node, None if node.ledger is not None else run_ledger(msg, client.partition_id),
-                           nonce, server_round)
+        run_file = None if node.lifetime_ledger is not None else run_state_file(msg, client.partition_id)
+        durable = _Durable(node, run_file, nonce, server_round)
         saved = durable.saved(context)
         weights = arrays_of(msg.content).to_torch_state_dict()
     except ValueError as error:  # a bad node config, data file or ledger file: named, never reset
@@ -206,7 +207,7 @@ def train(msg: Message, context: Context) -> Message:
             durable.commit(state)
         except (OSError, ValueError) as error:  # the write-ahead record (an over-statement) stays in place
             text = f"client {client.partition_id}: cannot save its ledger: {one_line(error)}"
-            summary = ledger_summary(config, client, outcome.mechanism)
+            summary = accountant_summary(config, client, outcome.mechanism)
             return _failure(msg, TRAINING_FAILED, error_reason(text, summary), policy, site)
     if outcome.error_code is not None or outcome.weights is None:
         return _failure(msg, outcome.error_code or TRAINING_FAILED, outcome.reason, policy, site)

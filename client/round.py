@@ -16,8 +16,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from client.lifetime_ledger import LifetimeLedger
 from client.setup import client_generator, client_learning_rate
-from client.site_ledger import SiteLedger
 from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.augmentation import augmentation
 from dirichlet_fl.client_plan import mechanism_spec
@@ -66,13 +66,13 @@ class Client:
 class NodeResources:
     """What a node adds to the run config (client/site.py); the defaults are a simulated client's.
 
-    `secret` keys the node's privacy randomness (None: reproducible from the run's seed), `ledger` is
-    its lifetime ledger, which this round checks and calibrates against (the caller writes it, through
+    `secret` keys the node's privacy randomness (None: reproducible from the run's seed), `lifetime_ledger`
+    is its lifetime ledger, which this round checks and calibrates against (the caller writes it, through
     `write_ahead` and after the round), `run_key` names this run in it, `aggregation_weight` replaces
     the example count the server would otherwise receive."""
 
     secret: bytes | None = None
-    ledger: SiteLedger | None = None
+    lifetime_ledger: LifetimeLedger | None = None
     run_key: str = ""
     aggregation_weight: float | None = None
 
@@ -130,13 +130,13 @@ def _mechanism(
     if saved is not None:
         return restore_mechanism(saved)
     spec = mechanism_spec(config, client.partition_id, num_examples, client.target_epsilon)
-    ledger = node.ledger
-    if ledger is None or ledger.lifetime is None:
+    lifetime = node.lifetime_ledger
+    if lifetime is None or lifetime.lifetime is None:
         return build_mechanism(spec)
-    return calibrate_within_lifetime(spec, ledger.prior(node.run_key), ledger.lifetime, ledger.delta)
+    return calibrate_within_lifetime(spec, lifetime.prior(node.run_key), lifetime.lifetime, lifetime.delta)
 
 
-def ledger_summary(config: RunConfig, client: Client, mechanism: Mechanism) -> Metrics:
+def accountant_summary(config: RunConfig, client: Client, mechanism: Mechanism) -> Metrics:
     """What the client has spent, with what it covers: eps at the run's delta, steps, q, target, noise.
     q is rounded to 2 significant digits: with the steps it depends on, the exact q would tell the
     coordinator the site's example count (docs/consortium.md, "What the coordinator sees")."""
@@ -173,7 +173,7 @@ def train_round(
     composed before the first step runs (`done`: the state before the round) and returns what records the
     round's progress (called with the steps composed so far, before each step); if it fails, the round is
     not trained. With a lifetime
-    ledger (`node.ledger`), a new run is calibrated for what the site's lifetime budget still allows,
+    ledger (`node.lifetime_ledger`), a new run is calibrated for what the site's lifetime budget still allows,
     and a round that would take the site past it is refused."""
     node = node or NodeResources()
     label = f"client {client.partition_id}"
@@ -185,27 +185,29 @@ def train_round(
     except ValueError as error:
         return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None))
     steps = config.local_steps_per_round(mechanism.sample_rate)
-    summary = ledger_summary(config, client, mechanism)
+    summary = accountant_summary(config, client, mechanism)
     if mechanism.would_exceed(steps, client.target_epsilon):
         spent = mechanism.epsilon(config.delta)
         text = f"{label}: budget spent (eps {spent:.4f} of {client.target_epsilon:g} at delta={config.delta:g})"
         return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, summary))
-    planned, ledger, nonce = mechanism.after(steps).state_dict(), node.ledger, mechanism.steps
-    if ledger is not None:
-        if not ledger.allows(node.run_key, planned):
+    planned, lifetime, nonce = mechanism.after(steps).state_dict(), node.lifetime_ledger, mechanism.steps
+    if lifetime is not None:
+        if not lifetime.allows(node.run_key, planned):
             text = (
-                f"{label}: lifetime budget spent (eps {ledger.spent():.4f} of lifetime-epsilon={ledger.lifetime:g} "
-                f"at delta={ledger.delta:g}; {steps} more steps do not fit)"
+                f"{label}: lifetime budget spent (eps {lifetime.spent():.4f} of lifetime-epsilon={lifetime.lifetime:g} "
+                f"at delta={lifetime.delta:g}; {steps} more steps do not fit)"
             )
             return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, summary))
-        nonce += sum(restore_mechanism(state).steps for state in ledger.prior(node.run_key))
+        nonce += sum(restore_mechanism(state).steps for state in lifetime.prior(node.run_key))
     try:
         progress = None if write_ahead is None else write_ahead(mechanism.state_dict(), planned)
         model = build_run_model(config, data).to(shard.train_x.device)
         load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard)
         wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.lr.optimizer, model, learning_rate))
-        generator = client_generator(config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce)
+        generator = client_generator(
+            config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce
+        )
         privacy_rng = SecureRandom() if config.secure_rng else None
         batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng)
         mean_loss = train_locally(wrapped, optimizer, mechanism, batches, steps, on_step=progress)
@@ -213,13 +215,12 @@ def train_round(
         return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", summary))
     except Exception as error:  # the ledger survives: every step was composed before it ran
         text = f"{label}: training failed: {one_line(error)}"
-        return RoundOutcome(
-            mechanism, error_code=TRAINING_FAILED, reason=error_reason(text, ledger_summary(config, client, mechanism))
-        )
+        ran = accountant_summary(config, client, mechanism)
+        return RoundOutcome(mechanism, error_code=TRAINING_FAILED, reason=error_reason(text, ran))
     metrics: Metrics = {
         "num-examples": reported_weight(shard.num_examples, node),
         "partition-id": client.partition_id,
-        **ledger_summary(config, client, mechanism),
+        **accountant_summary(config, client, mechanism),
         "learning-rate": learning_rate,
         "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
         "node-secret": int(node.secret is not None),

@@ -18,11 +18,11 @@ import hashlib
 import hmac
 import os
 import secrets
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from client.ledger_store import LedgerFileError, LedgerStore, private_folder
+from client.locked_json import LockedJsonError, LockedJsonFile, private_folder
+from dirichlet_fl.files import publish_once
 
 SECRET_FILE = "node-secret"
 SECRET_BYTES = 32
@@ -35,7 +35,7 @@ def stored_secret(folder: Path) -> bytes:
     path = folder / SECRET_FILE
     if not path.exists():
         private_folder(folder)
-        publish_once(path, secrets.token_hex(SECRET_BYTES) + "\n")
+        publish_once(path, (secrets.token_hex(SECRET_BYTES) + "\n").encode())
     try:
         secret = bytes.fromhex(path.read_text().strip())
     except (OSError, ValueError) as error:
@@ -45,23 +45,6 @@ def stored_secret(folder: Path) -> bytes:
         raise ValueError(f"node secret {path} holds {len(secret)} bytes, not {SECRET_BYTES}; restore it or remove it")
     os.chmod(path, 0o600)
     return secret
-
-
-def publish_once(path: Path, text: str) -> None:
-    """Write `text` to `path` unless it exists, so that no reader ever sees it half written: the text goes
-    to a private temporary file first, which is then hard-linked into place (link refuses an existing
-    name, so of two processes starting at once exactly one secret wins and both read it)."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.link(temporary, path)
-    except FileExistsError:
-        pass  # another process of this node published first: everyone reads theirs
-    finally:
-        os.unlink(temporary)
 
 
 def derived_key(secret: bytes, label: str) -> bytes:
@@ -79,16 +62,16 @@ def new_nonce() -> str:
     return os.urandom(NONCE_BYTES).hex()
 
 
-def ledger_key(secret: bytes) -> bytes:
+def lifetime_ledger_key(secret: bytes) -> bytes:
     """The key that signs this node's lifetime ledgers and their index."""
     return derived_key(secret, "ledger")
 
 
-class LedgerIndex:
+class LifetimeLedgerIndex:
     """`<secret-dir>/written-ledgers.json`: {fingerprint: {"writes": n, "hmac": last}} for every ledger written."""
 
     def __init__(self, folder: Path, secret: bytes) -> None:
-        self.store = LedgerStore(folder / INDEX_FILE, ledger_key(secret))
+        self.store = LockedJsonFile(folder / INDEX_FILE, lifetime_ledger_key(secret))
 
     def record(self, fingerprint: str) -> dict[str, Any] | None:
         """What this node last wrote to the ledger of `fingerprint`, or None if it never wrote one."""
@@ -98,7 +81,7 @@ class LedgerIndex:
             if entry is not None:
                 entry = {"writes": int(entry["writes"]), "hmac": str(entry["hmac"])}
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise LedgerFileError(f"ledger file {self.store.path} is malformed; restore it from a backup") from None
+            raise LockedJsonError(f"ledger file {self.store.path} is malformed; restore it from a backup") from None
         return entry
 
     def check(self, fingerprint: str, ledger: Path, found: int | None, mac: str | None) -> None:
@@ -109,12 +92,12 @@ class LedgerIndex:
             return
         writes = entry["writes"]
         if found is None:
-            raise LedgerFileError(
+            raise LockedJsonError(
                 f"ledger file {ledger} is missing, but {self.store.path} records {writes} writes to it: restore it "
                 "from a backup (a deleted ledger is not a fresh budget)"
             )
         if found < writes or (found == writes and mac != entry["hmac"]):
-            raise LedgerFileError(
+            raise LockedJsonError(
                 f"ledger file {ledger} is not the one this node last wrote (write {found}, {self.store.path} records "
                 f"write {writes}): an older or another copy was put in its place; restore the latest"
             )

@@ -1,30 +1,13 @@
 """The ClientApp's side of secure aggregation and client-level DP: one mod around the train handler.
 
-What Flower 1.42 allows. `secaggplus_mod` runs the client's half of SecAgg+ (key agreement, Shamir
-shares, masking, unmasking) and is used unchanged. It was written for the legacy NumPyClient: at the
-stage that trains it reads the handler's reply as a legacy FitRes ("fitres.parameters",
-"fitres.num_examples", ...) and the server's instructions arrive as a legacy FitIns. This mod is the
-bridge: it hands the train handler (client/client_app.py) the Message-API layout it always gets, and
-turns its reply into what `secaggplus_mod` masks:
-
-- the *update* (new weights minus the global weights), not the weights: updates are small, so the
-  fixed-point quantization of SecAgg+ loses less, and client-level DP clips updates;
-- under client-dp, the update clipped to L2 norm C (Flower's `clip_inputs_inplace`) plus this
-  client's Gaussian share of the noise, N(0, noise-share-std^2), drawn from OS entropy so that no one
-  who knows the run's seed can rebuild and subtract it;
-- the aggregation weight: the example count, or 1 under client-dp (DP-FedAvg averages uniformly);
-  `secaggplus_mod` folds it into the masked vector ([w, w * update]), so the server learns only sums;
-- the privacy ledger's metrics (eps, steps, ...) in the clear, without WITHHELD_METRICS.
-
-A refusal (Error reply of the handler) cannot pass through `secaggplus_mod`, which expects a FitRes:
-it is carried around it and returned as the same Error, so the server still tells refusals from
-failures, and the client's ledger, saved before the handler replied, is kept.
-
-Without SecAgg+ and with client-dp, Flower's own `fixedclipping_mod` clips the update (the server adds
-the noise, strategies/secure.py); under client-dp = "adaptive" Flower's `adaptiveclipping_mod` clips it
-and reports whether it was clipped. With SecAgg+ and adaptive clipping, that bit (as 1[left unclipped],
-plus this client's Gaussian share of the count's noise) travels as one more array inside the masked
-vector, so the server learns only the noised count.
+Flower 1.42's `secaggplus_mod` (used unchanged) was written for the legacy NumPyClient: it reads the
+handler's reply as a FitRes. This mod is the bridge: it hands the train handler (client/client_app.py)
+the Message-API layout it always gets and turns its reply into what `secaggplus_mod` masks: the update
+(new minus global weights; under client-dp clipped to C plus this client's Gaussian share of the noise,
+drawn from OS entropy), the aggregation weight (1 under client-dp) and, in the clear, the accountant's
+metrics without WITHHELD_METRICS. A refusal is carried around `secaggplus_mod` and returned as the same
+Error. Under adaptive clipping the unclipped bit, with its share of the count's noise, is one more masked
+array. docs/secure-aggregation.md says what the server sees in each mode.
 """
 
 from __future__ import annotations

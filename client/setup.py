@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.evaluation import true_class_confidence
+from dirichlet_fl.metrics import true_class_confidence
 from dirichlet_fl.split import ClientShard
 from privacy.mechanisms import Mechanism
 

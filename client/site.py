@@ -1,20 +1,12 @@
 """What a site (a SuperNode) decides for itself: its policy, its data's identity, what it discloses.
 
-The coordinator writes the run config; a site writes its node config, and the site's word wins:
-
-- `target-epsilon` is the site's budget for a run, whatever the run config asks; without it the
-  run's ask is used, but never above `max-target-epsilon`; `delta` is the largest delta the site
-  accepts (and its lifetime ledger's), `alpha` the only alpha it trains with, `allowed-mechanisms`
-  the mechanisms it trains with. A run asking for more is refused (POLICY_REFUSED), naming the key.
-- On the Deployment Engine a site that sets none of them is still protected: `delta` defaults to
-  DEFAULT_SITE_DELTA and `allowed-mechanisms` to the private ones, and a node without `secret-dir`
-  is refused unless it opts out with `insecure-noise=true` (noise then reproducible from the run's
-  seed, which the coordinator knows). In simulation the node config is Flower's own, not a site's.
-- `secret-dir` (default: `ledger-dir`) holds the node's secret (client/secret_store.py), `ledger-dir`
-  the lifetime ledger of each data set it trains on (client/site_ledger.py), keyed by the
-  fingerprint of the data; `data-file` is the site's own data, `aggregation-weight` the weight it
-  sends instead of its example count, `cache-dir` where it caches its partition between processes.
-- A failure reason sent to the coordinator names no site path and no exact example count.
+The coordinator writes the run config, a site its node config, and the site's word wins: its
+`target-epsilon` (capped by `max-target-epsilon`), the largest `delta` it accepts, its one `alpha` and
+its `allowed-mechanisms`; a run asking for more is refused (POLICY_REFUSED), naming the key. On the
+Deployment Engine a site that sets none of them still gets safe defaults, and a node without
+`secret-dir` is refused unless it sets `insecure-noise=true`. `ledger-dir` holds its lifetime ledgers
+(client/lifetime_ledger.py), keyed by its data's fingerprint. A failure reason sent to the coordinator
+names no site path and no exact example count. Every key: docs/configuration.md and docs/consortium.md.
 """
 
 from __future__ import annotations
@@ -29,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.ledger_store import private_folder
+from client.lifetime_ledger import LifetimeLedger
+from client.locked_json import private_folder
 from client.round import Client, shard_of
 from client.secret_store import SECRET_BYTES, stored_secret
-from client.site_ledger import SiteLedger
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import LEDGER_MARK
+from dirichlet_fl.protocol import SUMMARY_MARK
 from privacy.checks import check_in_open_interval, check_integer, check_positive
 from privacy.registry import MECHANISMS
 
@@ -187,13 +179,13 @@ def node_secret(policy: SitePolicy, config: RunConfig) -> bytes | None:
     return None
 
 
-def site_ledger(policy: SitePolicy, config: RunConfig) -> SiteLedger:
+def open_lifetime_ledger(policy: SitePolicy, config: RunConfig) -> LifetimeLedger:
     """The site's lifetime ledger for the data it trains on (policy.ledger_dir must be set); the pilot
     opens it the same way before it starts anything. Raises ValueError naming a bad ledger file."""
     _private_site_folders(policy)  # before the fingerprint, which may fill the cache with raw data
     fingerprint = _fingerprint(config, site_client(policy, config))
     delta = policy.delta or config.delta
-    return SiteLedger(Path(policy.ledger_dir), fingerprint, delta, policy.lifetime_epsilon, Path(policy.secret_dir))
+    return LifetimeLedger(Path(policy.ledger_dir), fingerprint, delta, policy.lifetime_epsilon, Path(policy.secret_dir))
 
 
 def data_fingerprint(*tensors: Any) -> str:
@@ -249,9 +241,9 @@ def public_reason(reason: str, policy: SitePolicy | None) -> str:
     """A failure reason as the coordinator may read it: the site's paths (and any other absolute path)
     replaced by their key, exact example counts by "<10" or a multiple of ten. The ledger summary that
     follows the line (dirichlet_fl.protocol.error_reason) is kept: it holds what the metrics hold."""
-    line, mark, ledger = reason.rpartition(LEDGER_MARK)
+    line, mark, summary = reason.rpartition(SUMMARY_MARK)
     if not mark:
-        line, ledger = reason, ""
+        line, summary = reason, ""
     paths = {} if policy is None else policy.paths()
     for key, value in sorted(paths.items(), key=lambda item: -len(item[1])):
         line = line.replace(value, f"<{key}>")
@@ -260,4 +252,4 @@ def public_reason(reason: str, policy: SitePolicy | None) -> str:
     line = _COUNT.sub(lambda match: _about(int(match.group(1))) + match.group(2), line)
     for count in counts:
         line = re.sub(_COUNT_CONTEXT.format(count), lambda match: f"{match.group(1)} {_about(count)}", line)
-    return line + mark + ledger
+    return line + mark + summary

@@ -2,7 +2,8 @@
 
 The data goes to a temporary file in the same folder, is flushed to disk (fsync), then renamed over
 the target (os.replace is atomic on POSIX); on any error the temporary file is removed and the
-target is left as it was."""
+target is left as it was. publish_once hard-links the temporary file instead, for a file that is
+written once and never replaced (a node secret)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,32 @@ from pathlib import Path
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace `path` with `data` atomically and durably; the file gets permission bits `mode`."""
+    temporary = _durable_temporary(path, data, mode)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    _sync_folder(path.parent)
+
+
+def publish_once(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Create `path` holding `data` unless it exists, never visible half written: the temporary file is
+    hard-linked into place, and link refuses an existing name, so of two processes publishing at once
+    exactly one wins and both then read the same file."""
+    temporary = _durable_temporary(path, data, mode)
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        pass  # another process published first: everyone reads theirs
+    finally:
+        os.unlink(temporary)
+    _sync_folder(path.parent)
+
+
+def _durable_temporary(path: Path, data: bytes, mode: int) -> str:
+    """A temporary file beside `path` holding `data`, flushed to disk (fsync), with permission bits `mode`."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as stream:
@@ -21,12 +48,11 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)
-        os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
-    _sync_folder(path.parent)
+    return temporary
 
 
 def append_atomically(path: Path, text: str) -> None:

@@ -6,6 +6,8 @@ per-class recall) and the per-class recalls themselves. Counts (per-class hits a
 across clients exactly, so the federated evaluation sums them (strategies/federated_evaluation.py). AUC
 does not decompose into numbers the clients could sum, and a mean of the clients' own AUCs is not the AUC
 of their union, so no federated AUC is reported (docs/privacy.md, "What evaluation replies reveal").
+`evaluate` (loss and accuracy only, for the benchmarks and the audit) and `true_class_confidence` (for
+the adaptive learning rate) are the cheap ones.
 """
 
 from __future__ import annotations
@@ -177,3 +179,28 @@ def evaluate_model(model: torch.nn.Module, inputs: Tensor, labels: Tensor, batch
     model.eval()
     logits = [model(inputs[start : start + batch_size]) for start in range(0, labels.shape[0], batch_size)]
     return evaluation_of(torch.cat(logits) if logits else model(inputs[:0]), labels)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, inputs: Tensor, labels: Tensor, batch_size: int = 1024) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of the model on (inputs, labels)."""
+    model.eval()
+    loss_sum = torch.zeros((), device=inputs.device)
+    correct = torch.zeros((), device=inputs.device)
+    for start in range(0, labels.shape[0], batch_size):
+        logits = model(inputs[start : start + batch_size])
+        target = labels[start : start + batch_size]
+        loss_sum += torch.nn.functional.cross_entropy(logits, target, reduction="sum")
+        correct += (logits.argmax(dim=1) == target).sum()
+    count = max(labels.shape[0], 1)
+    return float(loss_sum) / count, float(correct) / count
+
+
+@torch.no_grad()
+def true_class_confidence(model: torch.nn.Module, inputs: Tensor, labels: Tensor) -> float:
+    """Mean softmax probability the model gives the true class (nan without examples)."""
+    if labels.numel() == 0:
+        return math.nan
+    model.eval()
+    probabilities = torch.softmax(model(inputs), dim=-1)
+    return float(probabilities.gather(1, labels.view(-1, 1)).mean())

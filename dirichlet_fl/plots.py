@@ -91,7 +91,8 @@ def draw_curves(runs: list[RunCurves], path: str | Path) -> None:
     for run in runs:
         label = run.name if len(runs) > 1 else None
         line = accuracy_axis.plot(run.rounds, run.accuracy, marker=".", label=label or "accuracy")[0]
-        for values, style, name in ((run.balanced_accuracy, "--", "balanced accuracy"), (run.macro_auc, ":", "macro AUC")):
+        extra_curves = ((run.balanced_accuracy, "--", "balanced accuracy"), (run.macro_auc, ":", "macro AUC"))
+        for values, style, name in extra_curves:
             if any(not math.isnan(v) for v in values):
                 accuracy_axis.plot(run.rounds, values, linestyle=style, color=line.get_color(),
                                    label=None if label else name)

@@ -45,8 +45,8 @@ test examples there are (lists of ints, dirichlet_fl.metrics.ClassCounts); the s
 RUN_DIR_KEY = "run-dir"
 """The train message's config key holding the run folder (where simulated clients keep their ledgers)."""
 
-LEDGER_MARK = " ledger="
-"""Separates an error reason's one human line from its ledger summary (a JSON object)."""
+SUMMARY_MARK = " ledger="
+"""Separates an error reason's one human line from the client's accountant summary (a JSON object)."""
 
 
 def one_line(error: BaseException) -> str:
@@ -55,16 +55,16 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
-def error_reason(text: str, ledger: Metrics | None) -> str:
+def error_reason(text: str, accountant: Metrics | None) -> str:
     """An Error reply's reason: one line of `text`, then (when the client has a ledger) the ledger summary
     as JSON, so that the server records what a refusing or failing client has spent (never less).
     A non-finite number (eps of mechanism none) is written as null."""
     line = " ".join(text.split())
-    if ledger is None:
+    if accountant is None:
         return line
     summary = {key: value if not isinstance(value, float) or math.isfinite(value) else None
-               for key, value in ledger.items()}
-    return f"{line}{LEDGER_MARK}{json.dumps(summary, sort_keys=True, allow_nan=False)}"
+               for key, value in accountant.items()}
+    return f"{line}{SUMMARY_MARK}{json.dumps(summary, sort_keys=True, allow_nan=False)}"
 
 
 REASON_LIMIT = 300
@@ -75,7 +75,7 @@ def parse_error_reason(reason: str) -> tuple[str, dict[str, float] | None]:
     """(the human line, the ledger summary or None) of an error_reason(); null reads back as +inf.
     A reason without a well-formed summary (e.g. Flower's own, for a dead actor) is all text, cut to
     one line of at most REASON_LIMIT characters."""
-    text, mark, tail = reason.rpartition(LEDGER_MARK)
+    text, mark, tail = reason.rpartition(SUMMARY_MARK)
     summary = None
     if mark:
         try:

@@ -1,35 +1,13 @@
 """The membership-inference audit of a finished run (`dirichlet-fl audit RUN_DIR`, and the server at the
 end of a run with audit=true), per attack and per view, with a verdict at matched utility.
 
-Views and attacks (privacy.audit; higher score = member):
-- final-model / loss: -loss of each candidate under the final global model, threshold chosen on one
-  random half of the candidates and measured on the other (split-half Clopper-Pearson bound);
-- final-model / one-run loss: one-run auditing (Steinke, Nasr and Jagielski 2023) on the same scores:
-  "in" for the k most member-like candidates, "out" for the k least, k a fixed fraction of them
-  (privacy.audit.one_run: Bonferroni over the fractions);
-- updates / canary-gradient (only `view="updates"`, on a run kept with keep-updates=true): the
-  coordinator's view of every round. Each candidate's canary direction is its own cross-entropy
-  gradient at the global weights of the round; its score is the largest cosine, over the rounds its
-  client trained, between the client's update and minus that gradient (a client that trained on the
-  example moved against its gradient). Per client, the Gaussian eps ESTIMATE of Andrew et al. (2024)
-  and a split-half bound (privacy.audit.update_view.cosine_view_audit).
-
-Members are each client's training examples, non-members the run's test split (never trained on),
-matched class by class and balanced, so that the attack cannot win by telling classes apart. Each
-attack is reported pooled over clients and per client, next to each client's claimed eps (its final
-eps from summary.json; the pooled claim is the largest). Offline LiRA and RMIA need reference models
-trained like the target: given `ReferenceModels` (K reference runs of the same job on random halves of
-the pooled candidates, sims/reference_runs.py, `dirichlet-fl audit RUN --references K`), they run on
-the pooled candidates of the final-model view too.
-
-Verdict (privacy.audit.verdict): "violation" when any bound exceeds its claim; "no violation" only when
-the final model's accuracy is within `margin` of a non-private CONTROL run of the same job
-(`control_dir`: the same config with mechanism=none), since a model that did not learn leaks nothing;
-"inconclusive" when it underfits or when no control was given (a run with mechanism none is its own).
-
-Caveat printed with every report: a fixed train/test split is not a random assignment of candidates,
-so the bounds are valid DP lower bounds only insofar as the split was random (as the stratified
-random splits made for digits and mnist-idx are); `dirichlet-fl audit-experiment` randomises it.
+Views (privacy.audit): the final model (loss, its one-run variant, and offline LiRA and RMIA given
+`ReferenceModels` from sims/reference_runs.py) and, for a run kept with keep-updates=true, the
+coordinator's per-round updates (canary gradients: a Gaussian eps estimate and a split-half bound).
+Members are each client's training examples, non-members the test split, matched class by class; each
+attack is reported pooled and per client next to its claimed eps. The verdict is "no violation" only
+within `margin` of a non-private control run's accuracy. What each view and bound means, and why a fixed
+train/test split limits the bounds: docs/audit.md.
 """
 
 from __future__ import annotations
@@ -51,7 +29,7 @@ from dirichlet_fl.run_reader import FinishedRun, load_round_updates, load_run
 from privacy.audit.attacks import lira_offline_scores, per_example_losses, rmia_offline_scores
 from privacy.audit.one_run import one_run_bound, one_run_counts
 from privacy.audit.plot import plot_roc
-from privacy.audit.report import AuditReport, audit, audit_scores
+from privacy.audit.report import AuditReport, Claim, audit, audit_scores
 from privacy.audit.statistics import CONFIDENCE
 from privacy.audit.update_view import cosine_view_audit
 from privacy.audit.verdict import Verdict, verdict
@@ -286,8 +264,7 @@ def _final_model_attacks(
     chosen, nonmembers = torch.as_tensor(candidates.members), candidates.nonmembers
     member_scores = -per_example_losses(run.model, run.data.train_x[chosen], run.data.train_y[chosen])
     nonmember_scores = -test_losses[nonmembers]
-    report = audit(member_scores, nonmember_scores, claimed_eps=scope.claimed_eps, delta=scope.delta,
-                   covers=claim_covers, rng=rng, confidence=CONFIDENCE)
+    report = audit(member_scores, nonmember_scores, Claim(scope.claimed_eps, scope.delta, claim_covers), rng=rng)
     scores = np.concatenate([member_scores, nonmember_scores])
     is_member = np.arange(len(scores)) < len(member_scores)
     bound, details = one_run_result(scores, is_member, scope.delta)
@@ -332,9 +309,8 @@ def _reference_attacks(
         scores["rmia"] = rmia_offline_scores(target, references.candidate_confidence, references.in_mask)
     results = []
     for offset, (name, values) in enumerate(scores.items()):
-        report = audit_scores(values, is_member, claimed_eps=scope.claimed_eps, delta=scope.delta,
-                              rng=np.random.default_rng([*scope.seed, 9, offset]), covers=claim_covers,
-                              confidence=CONFIDENCE)
+        report = audit_scores(values, is_member, Claim(scope.claimed_eps, scope.delta, claim_covers),
+                              rng=np.random.default_rng([*scope.seed, 9, offset]))
         results.append(AttackResult(name, "final-model", scope.name, report.eps_lower_bound, report,
                                     _verdict(report.eps_lower_bound, scope.claimed_eps, utility),
                                     {"references": references.count}))
@@ -342,7 +318,7 @@ def _reference_attacks(
 
 
 def _flat_parameter_gradients(model: nn.Module) -> Callable[[Tensor, Tensor], Tensor]:
-    """(inputs, labels) -> per-example cross-entropy gradients [n, d], laid out like runs.flatten_state
+    """(inputs, labels) -> per-example cross-entropy gradients [n, d], laid out like run_writer.flatten_state
     (state_dict order; zeros for buffers), via torch.func."""
     params = {name: p.detach() for name, p in model.named_parameters()}
     buffers = {name: b.detach() for name, b in model.named_buffers()}
@@ -400,9 +376,8 @@ def _update_view_attacks(
     results = []
     for scope in scopes:
         _, _, is_member = candidates[scope.name]
-        view = cosine_view_audit(best[scope.name], is_member, claimed_eps=scope.claimed_eps, delta=scope.delta,
-                                 rng=np.random.default_rng([*scope.seed, 8]), covers=claim_covers,
-                                 confidence=CONFIDENCE)
+        view = cosine_view_audit(best[scope.name], is_member, Claim(scope.claimed_eps, scope.delta, claim_covers),
+                                 rng=np.random.default_rng([*scope.seed, 8]))
         results.append(AttackResult(
             "canary-gradient", "updates", scope.name, view.report.eps_lower_bound, view.report,
             _verdict(view.report.eps_lower_bound, scope.claimed_eps, utility),

@@ -148,7 +148,7 @@ def _interrupted_summary(directory: Path, config: RunConfig) -> dict[str, Any]:
     """What summary.json would hold about the clients' privacy and the model's accuracy, read from the
     last checkpoint and its round's row of rounds.csv."""
     checkpoint = read_checkpoint(directory)
-    clients = {int(client): ledger for client, ledger in checkpoint["clients"].items()}
+    clients = {int(client): standing for client, standing in checkpoint["clients"].items()}
     last = str(int(checkpoint["round"]))
     accuracy = [float(row["central_accuracy"]) for row in read_rows(directory / "rounds.csv") if row["round"] == last]
     return {
@@ -160,8 +160,8 @@ def _interrupted_summary(directory: Path, config: RunConfig) -> dict[str, Any]:
         "delta": config.delta,
         "accountant_assumptions_hold": not config.allow_batch_norm,
         "clients": [
-            {"id": client, "target_epsilon": ledger["target_epsilon"], "epsilon": json_number(ledger["epsilon"]),
-             "delta": config.delta, "steps": ledger["steps"], "sample_rate": json_number(ledger["sample_rate"])}
-            for client, ledger in sorted(clients.items())
+            {"id": client, "target_epsilon": standing["target_epsilon"], "epsilon": json_number(standing["epsilon"]),
+             "delta": config.delta, "steps": standing["steps"], "sample_rate": json_number(standing["sample_rate"])}
+            for client, standing in sorted(clients.items())
         ],
     }

@@ -7,13 +7,13 @@ round, and, every round, clients whose budget is spent or whose setup failed; at
 row per client too small to train; a client that was merely not sampled gets no row, so 10,000 clients
 sampled 10 at a time write about 10 rows a round, not 10,000), model.pt (the global
 weights of the last complete round), checkpoint.pt (everything a resumed run needs: the round, the
-weights, the strategy's state and every client's last known ledger), ledgers/ (each simulated
-client's own durable ledger file, client/ledger_store.py), curves.png (accuracy, loss and every
+weights, the strategy's state and every client's standing), ledgers/ (each simulated client's run
+state file, client/run_state_file.py), curves.png (accuracy, loss and every
 client's eps against its target, redrawn after every round; dirichlet_fl.plots) and summary.json
-(written at the end, with the run's `status`: completed, stopped-no-client-can-train or failed). After every round the weights
-are written first, then the rows, then the checkpoint, each atomically (dirichlet_fl.files), so a run
-killed at any point leaves a consistent record of every round it completed, and a resumed run
-(RunWriter.resume) cuts any rows past its checkpoint and appends from there.
+(written at the end, with the run's `status`: completed, stopped-no-client-can-train or failed).
+After every round the weights are written first, then the rows, then the checkpoint, each atomically
+(dirichlet_fl.files), so a run killed at any point leaves a consistent record of every round it
+completed, and a resumed run (RunWriter.resume) cuts any rows past its checkpoint and appends from there.
 
 With keep-updates=true it also keeps what the coordinator sees in every round, for the update-view
 audit (`dirichlet-fl audit RUN_DIR --view updates`): updates/round-NNNN.npz holds `global`, the weights
@@ -134,8 +134,9 @@ class RoundRecord:
 
 
 @dataclass
-class ClientLedger:
-    """The latest known privacy position of one client."""
+class ClientStanding:
+    """The server's standing of one client: its latest known privacy position, refusals and failures
+    (checkpointed under `clients`; each change is a row of ledger.csv)."""
 
     target_epsilon: float
     epsilon: float = 0.0
@@ -197,7 +198,7 @@ class RunWriter:
         self.columns = round_columns(num_classes)
         self.dead_streaks: dict[int, int] = {}
         """Class -> consecutive rounds up to the last one in which its central recall was 0."""
-        self.clients = {c: ClientLedger(config.target_epsilon_for(c, num_clients)) for c in range(num_clients)}
+        self.clients = {c: ClientStanding(config.target_epsilon_for(c, num_clients)) for c in range(num_clients)}
         self.rounds: list[dict[str, Any]] = []
         self.noise: set[str] = set()
         self.client_level: dict[str, float] = {}
@@ -240,7 +241,7 @@ class RunWriter:
                 f"has {num_clients}; resume it with the same number of clients"
             )
         writer = cls(directory, config, num_clients, covers, num_classes)
-        writer.clients = {int(c): ClientLedger(**ledger) for c, ledger in checkpoint["clients"].items()}
+        writer.clients = {int(c): ClientStanding(**standing) for c, standing in checkpoint["clients"].items()}
         writer.started -= float(checkpoint["seconds"])
         writer.noise = set(checkpoint.get("noise", []))
         last = int(checkpoint["round"])
@@ -278,7 +279,7 @@ class RunWriter:
             **{f"client_level_{key}": record.client_level.get(key, math.nan) for key in CLIENT_LEVEL_KEYS},
         }
         self.client_level = record.client_level or self.client_level
-        changed = self._update_ledger(record)
+        changed = self._update_standings(record)
         ledger_rows = [{"round": record.server_round, "client": c, **entry} for c, entry in changed.items()]
         append_atomically(self.directory / "rounds.csv", _csv_text(self.columns, [row]))
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, ledger_rows))
@@ -289,7 +290,7 @@ class RunWriter:
             "round": record.server_round,
             "weights": weights,
             "strategy": strategy_state,
-            "clients": {str(c): asdict(ledger) for c, ledger in self.clients.items()},
+            "clients": {str(c): asdict(standing) for c, standing in self.clients.items()},
             "seconds": row["seconds"],
             "noise": sorted(self.noise),
         }
@@ -309,40 +310,40 @@ class RunWriter:
         last = int(self.rounds[-1]["round"]) if self.rounds else 0
         return lasting(self.dead_streaks, self.config.dead_class_rounds, last)
 
-    def _update_ledger(self, record: RoundRecord) -> dict[int, dict[str, Any]]:
+    def _update_standings(self, record: RoundRecord) -> dict[int, dict[str, Any]]:
         rows = {}
-        for client, ledger in self.clients.items():
+        for client, standing in self.clients.items():
             status, reason = "", ""
             if client in record.trained:
                 status = "trained"
-                ledger.absorb(record.trained[client])
+                standing.absorb(record.trained[client])
             elif client in record.refused or client in record.failed:
                 refused = client in record.refused
                 status, reason = ("refused", record.refused[client]) if refused else ("failed", record.failed[client])
                 if client in record.reported:
-                    ledger.absorb(record.reported[client])
+                    standing.absorb(record.reported[client])
                 elif not refused:
                     reason += " (the client reported no ledger: eps is the last it reported)"
-                ledger.refused_rounds += refused
-                ledger.failed_rounds += not refused
+                standing.refused_rounds += refused
+                standing.failed_rounds += not refused
             elif client in record.spent:
                 status = "spent"
-                reason = (f"budget spent: eps {ledger.epsilon:.4f} of {ledger.target_epsilon:g} "
+                reason = (f"budget spent: eps {standing.epsilon:.4f} of {standing.target_epsilon:g} "
                           f"at delta={self.config.delta:g}")
-                ledger.refused_rounds += 1
+                standing.refused_rounds += 1
             elif client in record.excluded:
                 status, reason = "excluded", "its setup failed (see its failed row); not sampled again"
             else:
                 continue  # not sampled, nothing changed: no row (summary.json lists every client)
             rows[client] = {
                 "status": status,
-                "epsilon": ledger.epsilon,
+                "epsilon": standing.epsilon,
                 "delta": self.config.delta,
-                "steps": ledger.steps,
-                "target_epsilon": ledger.target_epsilon,
-                "sample_rate": ledger.sample_rate,
-                "noise_parameter": ";".join(f"{k}={v:.10g}" for k, v in ledger.noise.items()),
-                "learning_rate": ledger.learning_rate,
+                "steps": standing.steps,
+                "target_epsilon": standing.target_epsilon,
+                "sample_rate": standing.sample_rate,
+                "noise_parameter": ";".join(f"{k}={v:.10g}" for k, v in standing.noise.items()),
+                "learning_rate": standing.learning_rate,
                 "reason": reason,
             }
         return rows
@@ -404,18 +405,18 @@ class RunWriter:
             "clients": [
                 {
                     "id": client,
-                    "target_epsilon": ledger.target_epsilon,
-                    "epsilon": json_number(ledger.epsilon),
+                    "target_epsilon": standing.target_epsilon,
+                    "epsilon": json_number(standing.epsilon),
                     "delta": self.config.delta,
-                    "steps": ledger.steps,
-                    "sample_rate": json_number(ledger.sample_rate),
-                    "learning_rate": json_number(ledger.learning_rate),
-                    **{key.replace("-", "_"): value for key, value in ledger.noise.items()},
-                    "refused_rounds": ledger.refused_rounds,
-                    "failed_rounds": ledger.failed_rounds,
+                    "steps": standing.steps,
+                    "sample_rate": json_number(standing.sample_rate),
+                    "learning_rate": json_number(standing.learning_rate),
+                    **{key.replace("-", "_"): value for key, value in standing.noise.items()},
+                    "refused_rounds": standing.refused_rounds,
+                    "failed_rounds": standing.failed_rounds,
                     "client_level_epsilon": json_number(self.client_level.get("epsilon", math.nan)),
                 }
-                for client, ledger in self.clients.items()
+                for client, standing in self.clients.items()
             ],
         }
         _write_json(self.directory / "summary.json", summary)

@@ -1,22 +1,11 @@
 """Pure analysis of the Dirichlet mechanism's privacy (Theorem 10 of Rao et al., 2026). No state.
 
-Neighbouring relation: add/remove one training example (its input x; labels are public).
-What an eps from this module covers: the perturbed softmax outputs p ~ Dir(r s(f(x)) + alpha 1)
-that Algorithm 1 releases at each step, per example, for the inputs only. docs/privacy.md
-and README.md explain why this is not a bound on what the trained weights leak.
-
-The per-step curve of one Poisson-subsampled application (sampling rate q) at integer order lam,
-2 <= lam < 1 + alpha / r (Theorem 10, with Lemma 9's e(j) = j r^2 psi'(alpha - (j - 1) r)):
-
-    rdp(lam) = 1/(lam-1) * log B(lam),
-    B(lam)   = (1-q)^(lam-1) (q lam - q + 1) + C(lam,2) q^2 (1-q)^(lam-2) exp(e(2))
-               + 3 sum_{j=3..lam} C(lam,j) (1-q)^(lam-j) q^j exp((j-1) e(j)).
-
-With P_j the Binomial(lam, q) probabilities, the first term is P_0 + P_1, so
-B - 1 = sum_{j>=2} P_j (w_j - 1) with w_2 = exp(e(2)) and w_j = 3 exp((j-1) e(j)): every term is
-positive, which keeps tiny q free of cancellation. Everything is evaluated in log space for all
-orders at once. T steps compose additively (Lemma 12); (eps, delta) follows from Canonne et al.
-2020 (Lemma 13): eps = rdp + log(lam-1) - (log(delta) + lam log(lam)) / (lam-1), minimised over lam.
+Neighbouring relation: add/remove one training example (its input x; labels are public). An eps from
+this module covers the perturbed softmax outputs p ~ Dir(r s(f(x)) + alpha 1) that Algorithm 1 releases
+at each step, per example, for the inputs only (docs/privacy.md: not a bound on the trained weights).
+Theorem 10's per-step curve is evaluated in log space for all integer orders at once, T steps compose
+additively (Lemma 12) and (eps, delta) follows from Lemma 13; the formula and why its terms are all
+positive: docs/privacy.md, "How the numbers are computed".
 """
 
 from __future__ import annotations

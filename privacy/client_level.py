@@ -1,35 +1,12 @@
 """Client-level differential privacy of DP-FedAvg (McMahan, Ramage, Talwar and Zhang, 2018).
 
-Each round the server releases S + N(0, (z C)^2 I), where S is the sum of the sampled clients' updates,
-each clipped to L2 norm C, and z is the noise multiplier. That bounds what the global model reveals
-about any one client's whole data set, unlike the per-example eps of each client's own mechanism.
-
-Neighbouring relation and sampling. The strategy draws a fixed-size subset of m of the n eligible
-clients, without replacement (strategies/private_fedavg.py `seeded_sample`). The amplification bound
-for that sampler (Wang, Balle and Kasiviswanathan 2019, Theorem 27) holds for *replace-one*
-neighbours, for which the sum's L2 sensitivity is 2C, not C: replacing one client's clipped update by
-another's moves S by up to 2C. dp-accounting's noise multiplier is the noise's standard deviation over
-the sensitivity, so a round is the event SampledWithoutReplacement(n, m, Gaussian(z_eff / 2)).
-
-z_eff is the noise that was actually added relative to C: z with server-side noise; z * sqrt(k / m)
-when each of the m sampled clients adds its own share N(0, (z C)^2 / m) under secure aggregation and
-only k of them contributed.
-
-Adaptive clipping (client-dp = "adaptive"; Andrew, Thakkar, McMahan and Ramaswamy, 2021). C follows
-a target quantile gamma of the update norms: each round every sampled client reports the bit
-b_i = 1[||update_i|| <= C], the server learns the noised count sum_i b_i + N(0, sigma_b^2) and moves
-C <- C exp(-eta (b_bar - gamma)) (their geometric update), b_bar the noised fraction left unclipped. The
-round then releases two Gaussian sums; under replace-one neighbours the update sum has sensitivity 2C
-and the bit sum 1, so releasing both with update noise z_delta C and count noise sigma_b is the single
-Gaussian mechanism with z^-2 = z_delta^-2 + (2 sigma_b)^-2 (their Theorem 1). The run's
-client-noise-multiplier is that total z: the updates get z_delta = (z^-2 - (2 sigma_b)^-2)^-1/2 > z,
-and the ledger composes z, exactly as for fixed clipping. Flower 1.42's adaptive wrappers count the
-*clipped* updates but apply the paper's update for the unclipped fraction, which drives C away from the
-quantile (to 0 when most updates are clipped); this module follows the paper.
-
-Flower 1.42's RdpAccountant composes the same dp-accounting events, but for one fixed population and
-with the noise multiplier passed through unchanged; the eligible population here shrinks as clients
-spend their per-example budgets, so this ledger composes one event per round with that round's n.
+Each round the server releases S + N(0, (z C)^2 I), S the sum of the sampled clients' updates clipped to
+L2 norm C: a bound on what the global model reveals about one client's whole data set, unlike each
+client's per-example eps. Clients are a fixed-size sample without replacement, whose amplification holds
+for replace-one neighbours (sensitivity 2C), so a round is SampledWithoutReplacement(n, m, Gaussian(z_eff
+/ 2)) with that round's eligible n; adaptive clipping (Andrew et al. 2021) releases the unclipped count
+too, and the updates get z_delta so that the round's total multiplier is z. The derivations are in
+docs/privacy.md ("Client-level DP and secure aggregation") and docs/secure-aggregation.md.
 """
 
 from __future__ import annotations
@@ -118,7 +95,8 @@ def update_noise_multiplier(noise_multiplier: float, count_stddev: float) -> flo
         return 0.0
     if not noise_multiplier < 2 * count_stddev:
         raise ValueError(
-            f"client-noise-multiplier={noise_multiplier:g} needs client-clipped-count-stddev > {noise_multiplier / 2:g} "
+            f"client-noise-multiplier={noise_multiplier:g} needs "
+            f"client-clipped-count-stddev > {noise_multiplier / 2:g} "
             f"(got {count_stddev:g}): the clipped count's noise sigma_b must exceed z / 2 for adaptive clipping; "
             "raise client-clipped-count-stddev (Andrew et al. suggest the expected number of sampled clients / 20) "
             "or lower client-noise-multiplier"

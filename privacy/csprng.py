@@ -1,23 +1,10 @@
-"""A cryptographically secure source for the privacy draws (run-config `secure-rng`, issue 24 item 6).
+"""A cryptographically secure source for the privacy draws (run-config `secure-rng`).
 
-A seeded PRNG (torch's Philox or Mersenne Twister, numpy's PCG64) is predictable to whoever learns its
-seed or enough of its output; Opacus's `secure_mode` therefore draws from a CSPRNG. `SecureRandom`
-reads the operating system's CSPRNG (os.urandom: getrandom(2) on Linux, ChaCha20 in the kernel) in large
-chunks and turns its bits into exactly what the privacy draws need:
-
-- uniforms in (0, 1]: the top 53 bits k of a 64-bit word give (k + 1) / 2^53 (never 0, so log is finite);
-- Poisson masks (Definition 5): example i joins iff U_i < q, compared in float64;
-- standard normals: Box-Muller on pairs of uniforms, in float64;
-- Gamma(a) draws: Marsaglia and Tsang (2000) for a >= 1 (squeeze-free rejection on normals and
-  uniforms, acceptance above 95 %), and the boost G(a) = G(a + 1) U^(1/a) below 1;
-- pathwise gradients of a Gamma draw x wrt its shape a: torch._standard_gamma_grad(a, x) (shape first,
-  then the sample), the implicit reparameterisation dx/da = -(dF/da)/(dF/dx) that torch's own
-  _standard_gamma backward uses; it depends only on (a, x), not on how x was drawn, so training with
-  these draws is the same in distribution as with torch's.
-
-Draws are made on the CPU in float64 and moved to the caller's device and dtype. Nothing is seeded:
-no value can be reproduced, which is the point. The buffer is dropped in a forked child, so that a
-parent and its child never share bits.
+A seeded PRNG is predictable to whoever learns its seed; `SecureRandom` reads the operating system's
+CSPRNG (os.urandom) in large chunks and turns its bits into uniforms in (0, 1], Poisson masks, normals
+and Gamma draws (with torch's own pathwise gradient wrt the shape), on the CPU in float64, moved to the
+caller's device. Nothing is seeded and a forked child drops the buffer. How each draw is made:
+docs/privacy.md ("How the numbers are computed", "Secure randomness").
 """
 
 from __future__ import annotations

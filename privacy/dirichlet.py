@@ -1,25 +1,12 @@
 """The Dirichlet-perturbed loss of Algorithm 1 (its moments, Theorem 11, are in privacy.analysis).
 
 For logits z and public label y, Algorithm 1 draws p ~ Dir(r s(z) + alpha 1) with s = softmax and
-trains on L = -log p[y]. The sample is drawn with pathwise (reparameterised) gradients so that the
-gradient reaches the logits through the concentration r s(z) + alpha.
-
-Numerics: a Dirichlet sample is a normalised vector of Gamma draws. Gamma draws with a small shape
-underflow in float32 (P(G(0.1) < 1e-38) is about 1e-4), which would make log p[y] = -inf. We draw in
-log space instead, with the boosting identity G(a) = G(a + 1) * U^(1/a) (U uniform on (0, 1]):
-log G(a) = log G(a + 1) + log(U) / a, where G(a + 1) has shape >= 1 and never underflows. The loss is
-then logsumexp(log G) - log G[y], finite for every alpha > 0 and r >= 0.
-
-With a SecureRandom (privacy/csprng.py, run-config `secure-rng`) in place of the torch.Generator, the
-Gamma and uniform draws come from the operating system's CSPRNG, with the same pathwise gradient.
-
-Confidence normalisation (`reference_confidence`): by Theorem 11 the expected gradient on the logits is
-kappa(s_y) (s - onehot(y)) with kappa(s_y) = r s_y psi'(r s_y + alpha), nearly linear in s_y when r << alpha.
-An example the model is confidently wrong about (s_y -> 0) then gets almost no gradient, and rare classes
-stop being learned. Weighting each example's NLL by w = kappa(s_ref) / kappa(s_y), detached and capped,
-makes the expected gradient kappa(s_ref) (s - onehot(y)): the cross-entropy gradient times a constant.
-The weight is a function of the un-noised softmax; it changes nothing the accountant covers (the
-released samples p), and the weights were not covered before either (docs/privacy.md).
+trains on L = -log p[y], with pathwise gradients through the concentration. The Gamma draws are made in
+log space (the boost G(a) = G(a + 1) U^(1/a)), so the loss is finite for every alpha > 0 and r >= 0;
+with a SecureRandom (privacy/csprng.py) they come from the OS's CSPRNG. `ConfidenceNormalization`
+weights each example's NLL by kappa(s_ref) / kappa(s_y), capped and detached, so the expected gradient is
+cross-entropy's times a constant; the eps is unchanged. Derivations: docs/privacy.md ("How the numbers are
+computed", "The confidence normalisation").
 """
 
 from __future__ import annotations

@@ -210,11 +210,11 @@ class DPSGDMechanism(Mechanism):
         """Opacus's RDPAccountant over every ledger's history together (its own order grid, finer than the
         integers), so that a site's DP-SGD runs alone cost what Opacus reports for them; None for a set
         that holds another mechanism."""
-        ledgers = [mechanism for mechanism in mechanisms if isinstance(mechanism, DPSGDMechanism)]
-        if len(ledgers) != len(mechanisms):
+        dpsgd_mechanisms = [mechanism for mechanism in mechanisms if isinstance(mechanism, DPSGDMechanism)]
+        if len(dpsgd_mechanisms) != len(mechanisms):
             return None
         accountant = _rdp_accountant()
-        accountant.history = [entry for mechanism in ledgers for entry in mechanism.accountant.history]
+        accountant.history = [entry for mechanism in dpsgd_mechanisms for entry in mechanism.accountant.history]
         return float(accountant.get_epsilon(delta))
 
     def noise_range(self, useful_fraction: float) -> tuple[float, float]:
@@ -260,7 +260,7 @@ class DPSGDMechanism(Mechanism):
             int(state["expected_batch_size"]),
             float(state["delta"]),
         )
-        ledger = state["ledger"]
-        history = [(float(sigma), float(q), int(count)) for sigma, q, count in ledger["history"]]
-        mechanism.accountant.load_state_dict({"mechanism": ledger["mechanism"], "history": history})
+        accountant_state = state["ledger"]
+        history = [(float(sigma), float(q), int(count)) for sigma, q, count in accountant_state["history"]]
+        mechanism.accountant.load_state_dict({"mechanism": accountant_state["mechanism"], "history": history})
         return mechanism

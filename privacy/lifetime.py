@@ -1,18 +1,11 @@
 """A site's lifetime privacy spend: every run it ever trained on the same data, composed on one RDP curve.
 
-A run's own ledger (a Mechanism's accountant) answers "how much did this run spend". A site that
-trains in many runs on the same data needs "how much did all of them spend together": RDP composes
-by adding curves order by order (Lemma 12), whatever the mechanism, so the lifetime eps is the
-conversion (Lemma 13) of the SUM of every run's curve, never a sum of eps.
-
-Each mechanism answers for its own ledger (privacy/mechanisms.py): its `rdp_curve` at the integer
-orders 2..max_order, which every mechanism supports (a run that is not private is inf there, and so
-spends the site's lifetime budget); a set of runs of one mechanism with an accountant of its own
-(`joint_epsilon`) is converted by it. The curves do not depend on delta: runs made at different
-deltas compose exactly; the lifetime eps is reported at the site's one lifetime delta.
-
-A state this module cannot compose (an unknown mechanism, another neighbouring relation, an
-unreadable ledger) raises ValueError: never guess, never reset.
+RDP composes by adding curves order by order (Lemma 12), whatever the mechanism, so the lifetime eps is
+the conversion (Lemma 13) of the SUM of every run's curve (each mechanism's `rdp_curve`,
+privacy/mechanisms.py; a non-private run is inf there), never a sum of eps; runs of one mechanism with
+an accountant of their own are converted by it (`joint_epsilon`). Curves do not depend on delta, so the
+lifetime eps is reported at the site's one lifetime delta. A state this module cannot compose raises
+ValueError: never guess, never reset.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Per-client privacy mechanisms: small objects that privatise one client's local training.
 
-Each mechanism owns how one training step turns a Poisson-sampled minibatch into an update, and
-the client's ledger (its accountant), which composes exactly the steps that ran. The client code
-is the same for every mechanism:
-
-    mechanism = privacy.registry.build_mechanism(spec)         # calibrates once per client
-    model, optimizer = mechanism.wrap(model, optimizer)
-    if mechanism.would_exceed(steps): refuse
-    for each step: mechanism.train_step(...)
-    mechanism.record(steps_run)
-
-A mechanism also answers for its ledger in a site's lifetime accounting (privacy/lifetime.py), in
-the spirit of dp-accounting's DpEvent: `rdp_curve` (what it composed, at RDP orders), `after` (an
-unchanged copy with more steps composed), `joint_epsilon` (its own accountant, where it supports
-the whole set), and `noise_range` / `with_noise` (the noise parameter a lifetime budget may raise).
+Each mechanism owns how one training step turns a Poisson-sampled minibatch into an update, and its
+accountant, which composes exactly the steps that ran. The client code is the same for every
+mechanism: build (privacy.registry.build_mechanism, calibrated once), wrap the model and optimizer,
+refuse a round that would_exceed the budget, train_step, record. For a site's lifetime accounting
+(privacy/lifetime.py) a mechanism answers for itself, in the spirit of dp-accounting's DpEvent:
+`rdp_curve`, `after`, `joint_epsilon`, and `noise_range` / `with_noise`.
 """
 
 from __future__ import annotations

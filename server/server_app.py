@@ -2,7 +2,7 @@
 
 It builds the model, runs PrivateFedAvg for num-server-rounds (fewer if every client's budget is
 spent, or no client can train), evaluates the global model on the held-out test set each round, and
-writes the run's folder (dirichlet_fl/runs.py) with a checkpoint after every round, from which
+writes the run's folder (dirichlet_fl/run_writer.py) with a checkpoint after every round, from which
 `resume-from` continues a killed run. It prints one line per round, at the end what the eps covers,
 and last the run's status line (STATUS_LINE), which scripts/run.sh reads.
 """

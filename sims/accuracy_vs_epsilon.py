@@ -1,26 +1,12 @@
 """`bench accuracy`: test accuracy against eps for no privacy, the Dirichlet mechanism and DP-SGD, federated
 (IID and Dirichlet non-IID) and centralized, like the paper's Figure 1b.
 
-Every cell (split x mechanism x eps x seed) is one federated run of sims.fedavg_loop, the app's
-arithmetic without the Flower engine, so that the sweep fits a 2-core machine; runs go to a pool of
-single-threaded worker processes. The splits: `iid` and `noniid` (Dirichlet label skew, beta 0.3)
-over 10 clients, and `central` (one client holding all the training data), all with the same
-rounds, local epochs and batch size, so every example is visited as often in each.
-
-Learning rates: each mechanism has its own rate, tuned on a held-out validation split of the training
-data (--validation: 20 % of the training examples, stratified, replace the test set), never on the test
-set. The Dirichlet rate is the app's effective rate (learning-rate-mode = "effective"): each client runs
-SGD at that rate / kappa_i(s_y = 0.9) at its own r* (Theorem 11, client.setup.client_learning_rate).
-DP-SGD's rate is its plain SGD rate (clipped, noised, averaged over the expected batch). A Dirichlet
-cell whose eps lies at or below some client's Theorem 10 floor is reported as 'unreachable (floor X)',
-with X the largest client floor, instead of being run.
-
-Every eps printed is at delta = 1e-5. Outputs: runs.csv (one row per run, written as runs finish, so
-that --resume can finish an interrupted sweep), curves.csv (every run's test accuracy, loss and mean
-true-class confidence after each round), table.csv and table.md (mean and standard deviation over
-seeds; a cell with fewer seeds than asked says how many), accuracy_vs_epsilon.png, sweep.json (the
-resolved configuration). Cells at eps 1 and 4 run first, so that an interrupted sweep already holds
-the headline comparison; --table-only rebuilds the table and plot from the runs finished so far.
+Every cell (split x mechanism x eps x seed) is one run of sims.fedavg_loop (the app's arithmetic without
+the Flower engine) in a pool of single-threaded workers. Each mechanism's rate is tuned on a validation
+split, never on the test set; a Dirichlet cell below some client's Theorem 10 floor is reported as
+unreachable instead of run. Outputs: runs.csv (written as runs finish, for --resume), curves.csv,
+table.csv, table.md, accuracy_vs_epsilon.png and sweep.json; eps 1 and 4 run first. BENCHMARKS.md,
+section 4, has the setting and the results.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """The audit experiment (`dirichlet-fl audit-experiment`): does a model claimed at eps leak like eps, at
 matched utility, under the strongest attacks a CPU affords?
 
-Per seed and arm (each mechanism at each eps, `none`, and the CONTROL) one model is trained on the
-seed's members (sims/audit_training.py: a fixed pool of candidates, each a member by a fair coin per
-seed, so every bound here is a valid DP lower bound). The control trains without privacy on as many
-NON-candidates: its true eps with respect to the candidates is 0, so its bounds show each attack's
-false-alarm level, and its accuracy is the utility every arm is matched against. Every arm without a
---rate first chooses its rate (and DP-SGD its clip norm) on a validation split of non-candidates
-(sims/audit_tuning.py).
-
-Attacks (privacy.audit; higher score = member):
-- loss: -loss of the candidate under the target (the classic threshold attack);
-- lira / rmia: offline LiRA and RMIA against K reference models per arm, each trained like the
-  target (same mechanism, eps and setting) on a random half of the pool (its own coins), never on the
-  seed's members as such; RMIA compares with a population of candidates/2 examples no model trains on;
-- one-run <attack>: Steinke, Nasr and Jagielski (2023) on the same scores (privacy.audit.one_run).
-The split-half attacks choose a threshold on one random half of the candidates and measure it on the
-other with Clopper-Pearson 95% bounds. Matched utility is checked per seed (accuracy within `margin` of
-that seed's control); the pooled rows pool ONLY the matched seeds (summed held-out counts, or summed
-one-run guesses) and say how many; a seed that misses is reported per seed and named in the pooled
-row, never pooled. How K moves LiRA's and RMIA's bound is measured with only the first K' references.
+Per seed and arm (each mechanism at each eps, `none`, and the CONTROL) one model is trained on the seed's
+members, each candidate a member by a fair coin (sims/audit_training.py), so every bound is a valid DP
+lower bound; the control trains on non-candidates only and sets each attack's false-alarm level and the
+utility to match. Rates are tuned on non-candidates (sims/audit_tuning.py). Attacks (privacy.audit): loss,
+offline LiRA and RMIA against K reference models, and one-run auditing of each; pooled rows pool only the
+seeds at matched utility and say how many. The method and the results: docs/audit.md.
 """
 
 from __future__ import annotations
@@ -41,7 +28,7 @@ from dirichlet_fl.files import write_atomically
 from privacy.audit.attacks import lira_offline_scores, rmia_offline_scores
 from privacy.audit.one_run import OneRunCounts, one_run_bound, one_run_counts
 from privacy.audit.plot import plot_roc
-from privacy.audit.report import audit_scores
+from privacy.audit.report import Claim, audit_scores
 from privacy.audit.statistics import CONFIDENCE, AttackCounts, epsilon_from_counts
 from privacy.audit.verdict import verdict
 from privacy.registry import covers
@@ -174,8 +161,8 @@ def seed_rows(config: ExperimentConfig, models: dict[str, TrainedModel], arm: Ar
     }
     rows = []
     for name, scores in attack_scores(config, models, arm, seed).items():
-        report = audit_scores(scores, coins, claimed_eps=target.claimed_eps, delta=config.delta,
-                              rng=np.random.default_rng([seed, 2]), covers=_covers(arm), confidence=CONFIDENCE)
+        report = audit_scores(scores, coins, Claim(target.claimed_eps, config.delta, _covers(arm)),
+                              rng=np.random.default_rng([seed, 2]))
         row = {**base, "attack": name, "auc": report.auc, "tpr_at_fpr_1pct": report.tpr_at_fpr_1pct,
                "tpr_at_fpr_01pct": report.tpr_at_fpr_01pct, "eps_lower_bound": report.eps_lower_bound,
                **asdict(report.bound.counts)}
@@ -252,8 +239,8 @@ def reference_sweep(config: ExperimentConfig, models: dict[str, TrainedModel], r
             for seed in seeds:
                 scores = attack_scores(config, models, arm, seed, references=k)
                 for name in ("lira", "rmia"):
-                    report = audit_scores(scores[name], _coins(config, seed), claimed_eps=math.inf, delta=config.delta,
-                                          rng=np.random.default_rng([seed, 2]), confidence=CONFIDENCE)
+                    report = audit_scores(scores[name], _coins(config, seed), Claim(math.inf, config.delta),
+                                          rng=np.random.default_rng([seed, 2]))
                     totals[name] = totals[name] + report.bound.counts if name in totals else report.bound.counts
             bounds = {name: epsilon_from_counts(counts, config.delta, CONFIDENCE) for name, counts in totals.items()}
             sweep.append({"arm": arm.name, "references": k, "seeds_pooled": len(seeds),
@@ -313,7 +300,7 @@ def write_outputs(out: Path, experiment: Experiment) -> None:
     write_atomically(out / "losses.npz", buffer.getvalue())
     seed = config.seeds[0]
     curves = {
-        f"{arm.name} {name}": audit_scores(scores, _coins(config, seed), claimed_eps=math.inf, delta=config.delta,
+        f"{arm.name} {name}": audit_scores(scores, _coins(config, seed), Claim(math.inf, config.delta),
                                            rng=np.random.default_rng([seed, 2]))
         for arm in config.arms() if arm.name != CONTROL
         for name, scores in attack_scores(config, experiment.models, arm, seed).items()

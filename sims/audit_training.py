@@ -24,8 +24,8 @@ import torch
 
 from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.data import load_dataset
-from dirichlet_fl.evaluation import evaluate
 from dirichlet_fl.image_data import ImageData
+from dirichlet_fl.metrics import evaluate
 from dirichlet_fl.models import build_model
 from privacy.analysis import S_Y_FOR_LEARNING_RATE
 from privacy.audit.attacks import per_example_losses

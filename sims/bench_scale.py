@@ -1,22 +1,11 @@
 """`bench scale`: how a round's cost, the start-up and the memory grow with the number of clients.
 
-The app runs on Flower's simulation engine (dirichlet_fl.simulation.simulate, one fresh child
-process per population, measured by sims.bench_simulation.measure_run: wall time, the rounds'
-durations from rounds.csv, peak RSS and PSS summed over the child and every descendant) with the
-same work per round at every population: a fixed number of sampled clients (fraction-train and
-fraction-evaluate = sampled / population), fixed local-steps and a fixed batch-size, on MNIST t10k
-(dataset mnist-idx: 8,000 training and 2,000 test examples; every client needs one test example, so
-the data allow at most 2,000 clients). Round time should then grow with the clients sampled, not
-with the population; the report gives each population's steady seconds per round (median of rounds
-2..R: round 1 also calibrates each client), start-up seconds (wall time minus the rounds: imports,
-Ray, node registration, the discovery query, the split) and peak memory, and their ratios to the
-smallest population.
-
-`--profile-linkstate` also times what Flower 1.42's simulation engine does every 0.1 s whatever the
-app does: its message extractor asks the in-memory LinkState for each registered node's pending
-message (vce_api.add_messages_to_queue), and each such call scans every stored message
-(InMemoryLinkState.get_message_ins). One sweep therefore costs nodes x stored messages; it is timed
-here on Flower's own LinkState for the populations measured.
+The app runs on Flower's simulation engine (one fresh child per population, measured by
+sims.bench_simulation.measure_run) with the same work per round at every population: a fixed number of
+sampled clients, local steps and batch size, on MNIST t10k. The report gives each population's steady
+seconds per round, start-up seconds and peak memory, and their ratios to the smallest population.
+`--profile-linkstate` also times the per-0.1 s sweep of Flower 1.42's in-memory LinkState, which costs
+nodes x stored messages. BENCHMARKS.md, section 6.
 """
 
 from __future__ import annotations
@@ -106,7 +95,9 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         raise ValueError(f"--rounds={args.rounds} must be >= 2 (round 1 also calibrates every client)")
     if not (Path(args.data_root) / "t10k-images-idx3-ubyte.gz").is_file() and not (
         Path(args.data_root) / "t10k-images-idx3-ubyte").is_file():
-        raise FileNotFoundError(f"--data-root={args.data_root!r} holds no t10k-images-idx3-ubyte[.gz] (MNIST IDX files)")
+        raise FileNotFoundError(
+            f"--data-root={args.data_root!r} holds no t10k-images-idx3-ubyte[.gz] (MNIST IDX files)"
+        )
     populations = _populations(args.populations, args.sampled)
     for population in populations:
         _validate(population_overrides(args, population))

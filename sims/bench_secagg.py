@@ -1,18 +1,11 @@
 """`bench secagg`: what SecAgg+ costs per round, against the plain run, at a given federation size.
 
-Two measurements, medians over --runs each, the two kinds alternating:
-- protocol: one training round's aggregation with all parties in this process: Flower's
-  `secaggplus_mod` on every client and `SecAggPlusWorkflow` on the server, through this app's bridges
-  (client/secure.py, strategies/secure.py), against the plain path (the example-weighted mean of the
-  same updates, Flower's `aggregate_arrayrecords`). Clients return a fixed update of the job's model
-  size instead of training, so the figure is the protocol's own cost: key agreement, Shamir shares,
-  masking and unmasking, summed over all parties (a deployed server does only its share, and clients
-  work in parallel);
-- flower (--flower): the job on Flower's simulation engine with secure-aggregation none and secaggplus
-  (sims.bench_simulation.measure_run, one child process each); steady seconds per round = the median of
-  rounds 2..R, from rounds.csv.
-
+Medians over --runs, the kinds alternating: protocol (one round's aggregation with every party in this
+process, Flower's `secaggplus_mod` and `SecAggPlusWorkflow` through the app's bridges, against
+aggregate_arrayrecords of the same fixed updates: the protocol's own cost summed over all parties) and,
+with --flower, whole runs on Flower's simulation engine with secure-aggregation none and secaggplus.
 InProcessGrid, the in-process Grid, is also what tests/strategies/test_secure.py runs the protocol on.
+BENCHMARKS.md, section 8.
 """
 
 from __future__ import annotations
@@ -125,7 +118,9 @@ def fixed_update_app(update: dict[str, np.ndarray], num_examples: int) -> Client
     return app
 
 
-def secure_round(config: RunConfig, grid: InProcessGrid, arrays: ArrayRecord) -> tuple[SecureFedAvg, ArrayRecord | None]:
+def secure_round(
+    config: RunConfig, grid: InProcessGrid, arrays: ArrayRecord
+) -> tuple[SecureFedAvg, ArrayRecord | None]:
     """One training round of SecureFedAvg over `grid`'s nodes, every node sampled."""
     strategy = SecureFedAvg(replace(config, fraction_train=1.0, fraction_evaluate=0.0))
     strategy.partition_of = {node: node - FIRST_NODE_ID for node in grid.contexts}
@@ -157,7 +152,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     if args.runs < 1 or args.clients < 2:
         raise ValueError("--runs must be >= 1 and --clients >= 2 (SecAgg+ needs two clients per round)")
     overrides = parse_overrides(args.run_config)
-    config = RunConfig.from_run_config(get_fused_config_from_dir(APP_DIR, overrides | {"secure-aggregation": "secaggplus"}))
+    fused = get_fused_config_from_dir(APP_DIR, overrides | {"secure-aggregation": "secaggplus"})
+    config = RunConfig.from_run_config(fused)
     model = initial_model(config, federated_split(config.split_spec(args.clients)).data)
     protocol = [protocol_seconds(config, args.clients, model) for _ in range(args.runs)]
     report: dict[str, Any] = {

@@ -1,26 +1,12 @@
 """`bench simulation`: what Flower + Ray cost per run and per round, against the same arithmetic in a loop.
 
-Each run is a fresh child process (as `flwr run` would be), so start-up includes imports, Ray and
-actor start-up. The two kinds alternate (flower, loop, loop, flower, ...) and the report takes
-medians over `--runs` of each:
-- flower: dirichlet_fl.simulation.simulate, the real ServerApp and ClientApp on Ray. Per-round times
-  come from the `seconds` column of the run's rounds.csv (the server's clock, written as each round
-  ends), so no log parsing is needed;
-- loop: sims.fedavg_loop.run_fedavg in one process, timing each round itself.
-
-Steady-state seconds per round: the median duration of rounds 2..R (round 1 also calibrates every
-client and warms caches). Fixed start-up: wall time of the process minus R x the steady round, i.e.
-everything that does not grow with the number of rounds. Peak memory: the largest sum of resident
-set sizes over the child and all its descendants (Ray's GCS, raylet, workers and actors), sampled
-from /proc every 0.2 s. RSS counts shared pages once per process, so the sum over-states memory
-that processes share (torch's libraries, Ray's object store); it is the conservative figure, and
-the peak sum of proportional set sizes (PSS, shared pages split among their users) is reported
-beside it, with each process's share at the peak.
-
-The loop runs torch with the threads a Flower client gets (THREADS_PER_CLIENT), and Ray's workers
-run at the loop's priority (--ray-worker-niceness 0; Ray's default is 15, measured here to make rounds
-several times slower whenever other work shares the cores), so that the two kinds differ by the
-engine only.
+Each run is a fresh child process, the kinds alternating: flower (dirichlet_fl.simulation.simulate, the
+real ServerApp and ClientApp on Ray; round times from rounds.csv's `seconds`) and loop
+(sims.fedavg_loop.run_fedavg, timing its own rounds, with the threads a Flower client gets). Steady
+seconds per round are the median of rounds 2..R, fixed start-up is wall time minus R steady rounds, and
+peak memory the largest RSS (and PSS) summed over the child and its descendants, sampled from /proc.
+Ray's workers run at the loop's priority so the kinds differ by the engine only. BENCHMARKS.md,
+section 3, has the method and the results.
 """
 
 from __future__ import annotations
@@ -145,8 +131,8 @@ def measure_run(kind: str, overrides: dict[str, Any], clients: int, out: Path, n
     environment = {**os.environ, RAY_NICENESS_VARIABLE: str(niceness)}
     start = time.perf_counter()
     with open(out / "child.log", "w") as log:
-        child = subprocess.Popen(_child_command(kind, overrides, clients, out, gpus_per_client), cwd=APP_DIR, stdout=log,
-                                 stderr=subprocess.STDOUT, env=environment)
+        command = _child_command(kind, overrides, clients, out, gpus_per_client)
+        child = subprocess.Popen(command, cwd=APP_DIR, stdout=log, stderr=subprocess.STDOUT, env=environment)
         sampler = PeakMemory(lambda: [child.pid])
         sampler.start()
         code = child.wait()
@@ -255,7 +241,10 @@ def _final(out: Path) -> dict[str, Any]:
     """The child's final accuracy, and (Flower runs) how many client rounds failed: a run whose actor
     was killed (e.g. by Ray's out-of-memory monitor) still ends with exit code 0."""
     final = json.loads((out / "final.json").read_text())
-    return {"final_accuracy": float(final["final_accuracy"]), "failed_client_rounds": final.get("failed_client_rounds", 0)}
+    return {
+        "final_accuracy": float(final["final_accuracy"]),
+        "failed_client_rounds": final.get("failed_client_rounds", 0),
+    }
 
 
 def steady_and_fixed(run: dict[str, Any]) -> tuple[float, float]:
@@ -340,8 +329,10 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
     config = get_fused_config_from_dir(APP_DIR, overrides)
     extra: dict[str, Any] = {}
     if args.flwr_run:
-        runs["flwr-run"] = [measure_flwr_run(overrides, args.clients, out_dir / f"flwr-run-{i}", args.ray_worker_niceness)
-                            for i in range(args.runs)]
+        runs["flwr-run"] = [
+            measure_flwr_run(overrides, args.clients, out_dir / f"flwr-run-{i}", args.ray_worker_niceness)
+            for i in range(args.runs)
+        ]
         extra["flwr-run"] = _summarise(runs["flwr-run"])
     memory_kind = "flwr-run" if args.flwr_run else "flower"
     peak = (extra.get("flwr-run") or flower)["max_peak_rss_bytes"]
@@ -376,7 +367,11 @@ def summary_lines(report: dict[str, object]) -> list[str]:
             f"wall {s['wall_seconds']:6.2f} s  peak RSS {s['peak_rss_bytes'] / 1024**3:5.2f} GB "
             f"(PSS {s['peak_pss_bytes'] / 1024**3:4.2f} GB)  "
             f"final accuracy {s['final_accuracy']:.4f}"
-            + (f"  ({s['failed_client_rounds']} client rounds FAILED: see child.log)" if s["failed_client_rounds"] else "")
+            + (
+                f"  ({s['failed_client_rounds']} client rounds FAILED: see child.log)"
+                if s["failed_client_rounds"]
+                else ""
+            )
         )
     for key, target in report["targets"].items():
         value = report["overhead_seconds_per_round"] if key.startswith("overhead") else report[

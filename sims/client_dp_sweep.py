@@ -1,20 +1,12 @@
 """`bench client-dp`: test accuracy against the client-level eps of DP-FedAvg, with the per-example
 mechanism of every client on as well.
 
-Each cell is one federated run of sims.fedavg_loop (the app's arithmetic without the Flower engine)
-whose aggregation is SecureFedAvg's client-dp step (strategies.secure.noised_mean_update: updates
-clipped to C, uniform mean, Gaussian noise z C / k) and whose client-level eps comes from the app's
-ledger (privacy.client_level), composed round by round with that round's eligible population and
-sample size. Noise multiplier 0 means client-dp off: the plain example-weighted FedAvg of the app.
-The same seed fixes split, initial model, sampling and every client's randomness in every cell, so
-cells differ by the client-level noise only.
-
-With --clipping adaptive, C follows the target quantile of the update norms (client-dp = "adaptive":
-Andrew et al. 2021, privacy/client_level.py): the noised count of unclipped updates moves C each round,
-and the updates get the larger noise z_delta so that the round's total noise multiplier stays z.
-
-Also reported per cell: the median L2 norm of the clients' updates before clipping (choose C near it)
-and, with adaptive clipping, C in the last round.
+Each cell is one run of sims.fedavg_loop whose aggregation is SecureFedAvg's client-dp step
+(strategies.secure.noised_mean_update) and whose client-level eps comes from privacy.client_level,
+composed round by round; noise multiplier 0 is the plain FedAvg. One seed fixes everything else, so
+cells differ by the client-level noise only. With --clipping adaptive, C follows a quantile of the
+update norms. Each cell also reports the median update norm before clipping (choose C near it) and the
+last round's C. BENCHMARKS.md, section 9.
 """
 
 from __future__ import annotations
@@ -75,7 +67,8 @@ class ClientDPLoop(FedAvgLoop):
 
 def run_cell(config: RunConfig, clients: int) -> dict[str, Any]:
     """One run; with client-noise-multiplier 0, the plain FedAvgLoop."""
-    loop: FedAvgLoop = ClientDPLoop(config, clients) if config.client_level.noise_multiplier > 0 else FedAvgLoop(config, clients)
+    private = config.client_level.noise_multiplier > 0
+    loop: FedAvgLoop = ClientDPLoop(config, clients) if private else FedAvgLoop(config, clients)
     rounds = [r for r in (loop.run_round(i) for i in range(1, config.num_server_rounds + 1)) if r is not None]
     cell: dict[str, Any] = {
         "noise_multiplier": config.client_level.noise_multiplier,
@@ -114,5 +107,6 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     for cell in report["cells"]:
         lines.append(f"{cell['noise_multiplier']:7g}  {cell.get('client_level_epsilon', float('inf')):30.3f}  "
                      f"{cell['final_accuracy']:8.4f}  {cell['max_example_epsilon']:19.4f}  "
-                     f"{cell.get('median_update_norm', float('nan')):18.3f}  {cell.get('last_clipping_norm', float('nan')):.4g}")
+                     f"{cell.get('median_update_norm', float('nan')):18.3f}  "
+                     f"{cell.get('last_clipping_norm', float('nan')):.4g}")
     return lines

@@ -1,18 +1,11 @@
 """The app's federated run as a plain Python loop in one process: the same arithmetic, no Flower engine.
 
-Why: to measure what Flower and Ray add per round (sims/bench_simulation.py), and to run accuracy
-sweeps (sims/accuracy_vs_epsilon.py) on a 2-core machine, where a Ray start-up per run would cost
-more than the training itself.
-
-What is the same as the app (client/client_app.py, server/server_app.py, strategies/private_fedavg.py):
-the split, shards and initial model (dirichlet_fl.split, dirichlet_fl.run_model); each client's round
-is client.round.train_round, the ClientApp's own (calibrate once, keep the ledger, refuse past the
-budget, train); clients are sampled with the strategy's seeded rule, clients that are spent are not
-sampled again; updates are averaged with Flower's aggregate_arrayrecords weighted by
-num-examples; the global model is evaluated on the test split every round (and at round 0), and the
-clients sampled for evaluation evaluate it on their local test shares.
-
-What differs: no messages, no serialisation and no Ray actors, and clients train one after another.
+Why: to measure what Flower and Ray add per round (sims/bench_simulation.py), and to run accuracy sweeps
+on a 2-core machine, where a Ray start-up per run would cost more than the training. The same as the
+app: the split, shards and initial model, each client's round (client.round.train_round), the
+strategy's seeded sampling without spent clients, Flower's example-weighted aggregate_arrayrecords, and
+central and client-side evaluation every round. What differs: no messages, no serialisation, no Ray
+actors, and clients train one after another.
 """
 
 from __future__ import annotations
@@ -29,8 +22,7 @@ from torch import Tensor, nn
 from client.round import Client, shard_of, train_round
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.device import resolve_device
-from dirichlet_fl.evaluation import evaluate, true_class_confidence
-from dirichlet_fl.metrics import evaluate_model
+from dirichlet_fl.metrics import evaluate, evaluate_model, true_class_confidence
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
 from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.split import ClientShard, federated_split

@@ -1,25 +1,12 @@
 """`bench gpu`: seconds per epoch of the paper's CIFAR10 ResNet-18 setting, Dirichlet mechanism vs DP-SGD.
 
-The paper's setting (Section 4.1.2, one client): q = 0.005 (expected batch 250 of 50,000), T = 20,000
-steps (100 epochs of 1/q = 200 steps), alpha = 3, delta = 1e-5, SGD with learning rate 0.1 and no
-momentum, random crop + horizontal flip on the device (dirichlet_fl.augmentation.random_crop_flip). The paper
-reports about 30 s per epoch for Algorithm 1 and about 60 s for DP-SGD on a Quadro RTX 6000.
-
-Training is the app's client loop (client.training.train_locally) with the mechanism from
-privacy.mechanisms.build_mechanism, so what is timed is what a client runs. ResNet-18 uses GroupNorm
-(the project's default: per-example independence, which Opacus needs too); the paper's Dirichlet runs
-used BatchNorm. A few untimed warm-up steps run first (allocator, cuDNN autotuning); then each epoch
-is timed with the device synchronised, and the report gives the median epoch and the peak device
-memory. The warm-up steps are composed into the ledger like any other. With real CIFAR10 (torchvision's
-`cifar-10-batches-py` under --data-root) the test accuracy after training is reported too;
---synthetic uses random CIFAR-shaped data, for smoke runs.
-
-Then (unless --federation-clients 0) the federated job itself runs on Flower's simulation engine with
-fractional GPU resources: --federation-clients clients on scikit-learn's digits (always present),
-every one of them training each round, each Ray actor holding --gpus-per-client of the GPU (0.25: four
-clients train at once on one GPU), measured by sims.bench_simulation.measure_run; the report gives
-clients per second = clients per round / steady seconds per round (median of rounds 2..R). On a
-machine without a GPU it runs on the CPU with --gpus-per-client 0 (a smoke test of the path).
+The paper's setting (Section 4.1.2, one client: q = 0.005, T = 20,000 steps, alpha = 3, delta = 1e-5,
+SGD at 0.1, random crop + flip on the device) through the app's client loop
+(client.training.train_locally) and privacy.registry.build_mechanism, so that what is timed is what a
+client runs: the median epoch after untimed warm-up steps (composed like any other), the peak device
+memory and, with real CIFAR10, the test accuracy. Then, unless --federation-clients 0, the federated job on Flower's
+simulation engine with fractional GPUs per client (sims.bench_simulation.measure_run), reported as
+clients per second. BENCHMARKS.md, section 5.
 """
 
 from __future__ import annotations
@@ -38,7 +25,7 @@ from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.augmentation import random_crop_flip
 from dirichlet_fl.data import load_dataset
 from dirichlet_fl.device import resolve_device, synchronize
-from dirichlet_fl.evaluation import evaluate
+from dirichlet_fl.metrics import evaluate
 from dirichlet_fl.models import build_model
 from privacy.analysis import PAPER_DELTA
 from privacy.mechanisms import MechanismSpec
@@ -66,8 +53,8 @@ def train_mechanism(
     """Train a fresh model with one mechanism for `epochs` epochs; seconds of each epoch and peak memory."""
     train_x, train_y = data
     steps = args.steps_per_epoch or round(1.0 / args.sample_rate)
-    spec = MechanismSpec(name, args.epsilon, PAPER_DELTA, args.sample_rate, steps * epochs + args.warmup_steps, args.alpha,
-                         args.max_grad_norm, num_examples=int(train_y.shape[0]))
+    spec = MechanismSpec(name, args.epsilon, PAPER_DELTA, args.sample_rate, steps * epochs + args.warmup_steps,
+                         args.alpha, args.max_grad_norm, num_examples=int(train_y.shape[0]))
     mechanism = build_mechanism(spec)
     torch.manual_seed(args.seed)
     model = build_model(args.model, 3, 10, 32).to(device)
@@ -170,7 +157,8 @@ def summary_lines(report: dict[str, object]) -> list[str]:
         paper = PAPER_SECONDS_PER_EPOCH.get(name)
         accuracy = f", test accuracy {result['test_accuracy']:.4f}" if "test_accuracy" in result else ""
         lines.append(f"  {name:<9} {result['median_epoch_seconds']:8.2f} s/epoch (paper: "
-                     f"{f'~{paper:g} s' if paper else 'n/a'}), eps {result['epsilon']:.3f} (delta={PAPER_DELTA:g}){accuracy}")
+                     f"{f'~{paper:g} s' if paper else 'n/a'}), eps {result['epsilon']:.3f} "
+                     f"(delta={PAPER_DELTA:g}){accuracy}")
     if "dpsgd_over_dirichlet" in report:
         lines.append(f"  dpsgd/dirichlet = {report['dpsgd_over_dirichlet']:.2f} (paper: ~2)")
     if "federation" in report:

@@ -1,17 +1,12 @@
 """Reference runs for `dirichlet-fl audit RUN --references K`: K runs of the audited job in the plain loop
-(sims/fedavg_loop.py: the app's own round, client.round.train_round), each on a random half of the
-run's candidates, so that offline LiRA and RMIA (privacy.audit.attacks) apply to a real federated run.
+(sims/fedavg_loop.py), each on a random half of the run's candidates, so that offline LiRA and RMIA
+(privacy.audit.attacks) apply to a real federated run.
 
-What a reference run trains on. The candidates are the audit's pooled ones (dirichlet_fl.run_audit:
-members from every client, label-matched test examples as non-members). Reference k flips an
-independent fair coin per candidate: a member candidate it keeps stays with its own client; a test
-candidate it keeps joins a client drawn in proportion to that client's share of the example's class
-(the run's label skew). Every client also keeps its examples that are not candidates, so each reference
-trains on about as much data as the target. The coins never depend on who is a member, which keeps
-the split-half bound valid. Same config as the run (mechanism, eps, rates, rounds), except its seed
-(reference k uses seed + REFERENCE_SEED_OFFSET + k: its own initial model, sampling and noise), no
-federated evaluation, and the server-side parts that the plain loop does not run (SecAgg+ and
-client-level DP noise), so references calibrate the attack without reproducing those.
+Reference k flips a fair coin per pooled candidate (dirichlet_fl.run_audit): a kept member stays with
+its client, a kept test candidate joins a client in proportion to that client's share of its class, and
+every client keeps its non-candidate examples. The coins never depend on membership, which keeps the
+split-half bound valid. The config is the run's but for the seed (seed + REFERENCE_SEED_OFFSET + k), no
+federated evaluation and no server-side SecAgg+ or client-level noise (docs/audit.md).
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ def seeded_sample(key: tuple[int, str, int], ordered: list[int], population: int
 
 @dataclass(frozen=True)
 class RunResult:
-    """How PrivateFedAvg.run ended: the final global weights, the run's status (runs.COMPLETED or
-    runs.STOPPED_NO_CLIENT) and why, in one line."""
+    """How PrivateFedAvg.run ended: the final global weights, the run's status (run_writer.COMPLETED or
+    run_writer.STOPPED_NO_CLIENT) and why, in one line."""
 
     arrays: ArrayRecord
     status: str
@@ -256,9 +256,9 @@ class PrivateFedAvg(FedAvg):
 
     def _record_error(self, record: RoundRecord, partition: int, reply: Message, stage: str = "") -> None:
         """A refusal (not sampled again) or a failure (excluded after a setup failure), with its ledger."""
-        text, ledger = parse_error_reason(reply.error.reason or "")
-        if ledger is not None:
-            record.reported[partition] = ledger
+        text, summary = parse_error_reason(reply.error.reason or "")
+        if summary is not None:
+            record.reported[partition] = summary
         if reply.error.code in REFUSALS:
             record.refused[partition] = text
             self.exhausted.add(partition)

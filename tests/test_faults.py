@@ -96,7 +96,8 @@ def test_a_resumed_run_ends_with_the_same_ledgers_refusals_and_weights(runs: tup
     assert any(client["refused_rounds"] for client in first["clients"])  # budgets ran out: refusals recorded
 
     def ledger(run: Path) -> list[tuple[str, ...]]:
-        return [(r["round"], r["client"], r["status"], r["epsilon"], r["steps"], r["reason"]) for r in rows(run / "ledger.csv")]
+        columns = ("round", "client", "status", "epsilon", "steps", "reason")
+        return [tuple(r[c] for c in columns) for r in rows(run / "ledger.csv")]
 
     assert ledger(whole) == ledger(resumed)
     assert "spent" in {row[2] for row in ledger(whole)}

@@ -113,7 +113,9 @@ def test_the_default_job_at_3_rounds_is_reproducible_to_the_bit_and_does_not_col
     first, second = folders
     assert (first / "model.pt").read_bytes() == (second / "model.pt").read_bytes()
     assert (first / "ledger.csv").read_text() == (second / "ledger.csv").read_text()
-    without_time = [[{k: v for k, v in row.items() if k != "seconds"} for row in rows(f / "rounds.csv")] for f in folders]
+    without_time = [
+        [{k: v for k, v in row.items() if k != "seconds"} for row in rows(f / "rounds.csv")] for f in folders
+    ]
     assert without_time[0] == without_time[1]
     assert float(without_time[0][-1]["central_accuracy"]) >= 0.70
     rates = {row["learning_rate"] for row in rows(first / "ledger.csv")}

@@ -46,7 +46,8 @@ def copy_checkout(destination: Path, marker: Path) -> Path:
     plain_copy(destination)
     client_app = destination / "client" / "client_app.py"
     anchor = '    expected = str(msg.content.config_records["config"]["code"])'
-    source = client_app.read_text().replace(anchor, f"    Path({str(marker)!r}).write_text('second checkout')\n{anchor}", 1)
+    marked = f"    Path({str(marker)!r}).write_text('second checkout')\n{anchor}"
+    source = client_app.read_text().replace(anchor, marked, 1)
     client_app.write_text(source)
     return destination
 
@@ -71,8 +72,10 @@ def stop(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def flwr_run(app: Path, flwr_home: Path, cwd: Path, results: Path, run_config: str = RUN_CONFIG,
-             federation: tuple[str, ...] = ("--federation-config", "num-supernodes=2")) -> subprocess.CompletedProcess[str]:
+def flwr_run(
+    app: Path, flwr_home: Path, cwd: Path, results: Path, run_config: str = RUN_CONFIG,
+    federation: tuple[str, ...] = ("--federation-config", "num-supernodes=2"),
+) -> subprocess.CompletedProcess[str]:
     """`flwr run APP` from `cwd` (where a SuperLink it starts will live), by default 2 simulated clients,
     one round."""
     env = {**os.environ, "FLWR_HOME": str(flwr_home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",

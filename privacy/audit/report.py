@@ -21,6 +21,17 @@ from privacy.audit.statistics import (
 
 
 @dataclass(frozen=True)
+class Claim:
+    """The guarantee an audit tests: eps at delta (math.inf: no claim) for what it `covers`, its bounds
+    taken at `confidence`."""
+
+    eps: float
+    delta: float
+    covers: str = "membership of the scored examples"
+    confidence: float = CONFIDENCE
+
+
+@dataclass(frozen=True)
 class AuditReport:
     """What one membership audit measured, next to the guarantee it tests.
 
@@ -73,49 +84,30 @@ class AuditReport:
 
 
 def audit(
-    member_scores: np.ndarray,
-    nonmember_scores: np.ndarray,
-    *,
-    claimed_eps: float,
-    delta: float,
-    covers: str,
-    rng: np.random.Generator,
-    confidence: float = CONFIDENCE,
+    member_scores: np.ndarray, nonmember_scores: np.ndarray, claim: Claim, *, rng: np.random.Generator
 ) -> AuditReport:
     """The full audit of one set of candidates (scores: higher = more member-like, e.g. -loss)."""
     curve = roc_curve(member_scores, nonmember_scores)
-    bound = empirical_epsilon_lower_bound(member_scores, nonmember_scores, delta, rng, confidence)
+    bound = empirical_epsilon_lower_bound(member_scores, nonmember_scores, claim.delta, rng, claim.confidence)
     return AuditReport(
         auc=auc(member_scores, nonmember_scores),
         tpr_at_fpr_1pct=curve.tpr_at(0.01),
         tpr_at_fpr_01pct=curve.tpr_at(0.001),
         eps_lower_bound=bound.epsilon,
-        claimed_eps=float(claimed_eps),
-        delta=float(delta),
+        claimed_eps=float(claim.eps),
+        delta=float(claim.delta),
         num_members=len(np.asarray(member_scores).reshape(-1)),
         num_nonmembers=len(np.asarray(nonmember_scores).reshape(-1)),
-        covers=covers,
-        confidence=confidence,
+        covers=claim.covers,
+        confidence=claim.confidence,
         bound=bound,
         roc=curve,
     )
 
 
-def audit_scores(
-    scores: np.ndarray,
-    is_member: np.ndarray,
-    *,
-    claimed_eps: float,
-    delta: float,
-    rng: np.random.Generator,
-    covers: str = "membership of the scored examples",
-    confidence: float = CONFIDENCE,
-) -> AuditReport:
+def audit_scores(scores: np.ndarray, is_member: np.ndarray, claim: Claim, *, rng: np.random.Generator) -> AuditReport:
     """`audit` of any attack's scores (higher = member) split by the true membership labels. The bound is
     a valid DP lower bound at `confidence` when membership was assigned at random."""
     values = np.asarray(scores, dtype=np.float64).reshape(-1)
     labels = boolean_mask("is_member", is_member, values.shape)
-    return audit(
-        values[labels], values[~labels], claimed_eps=claimed_eps, delta=delta, covers=covers, rng=rng,
-        confidence=confidence,
-    )
+    return audit(values[labels], values[~labels], claim, rng=rng)

@@ -14,8 +14,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from privacy.audit.report import AuditReport, audit_scores
-from privacy.audit.statistics import CONFIDENCE, boolean_mask
+from privacy.audit.report import AuditReport, Claim, audit_scores
+from privacy.audit.statistics import boolean_mask
 
 
 def canary_cosines(updates: np.ndarray | Sequence[np.ndarray], canaries: np.ndarray) -> np.ndarray:
@@ -95,45 +95,17 @@ class UpdateViewAudit:
     in_mask: np.ndarray = field(repr=False)
 
 
-def update_view_audit(
-    updates: np.ndarray | Sequence[np.ndarray],
-    canaries: np.ndarray,
-    in_mask: np.ndarray,
-    *,
-    claimed_eps: float,
-    delta: float,
-    rng: np.random.Generator,
-    covers: str = "the model updates",
-    confidence: float = CONFIDENCE,
+def cosine_view_audit(
+    cosines: np.ndarray, in_mask: np.ndarray, claim: Claim, *, rng: np.random.Generator
 ) -> UpdateViewAudit:
-    """Cosines of the updates with each canary (canary_cosines), then both the estimate and the bound.
+    """The eps estimate and the split-half bound from the cosines of each canary with the updates
+    (canary_cosines for fixed canary directions; for directions that change from round to round, e.g. an
+    example's gradient at each round's global model, the caller takes each canary's largest cosine).
 
     in_mask [m] says which canary directions were inserted into training (e.g. added to a client's
-    update); the others are the null. The bound is valid when that choice was random.
-    """
-    return cosine_view_audit(
-        canary_cosines(updates, canaries), in_mask, claimed_eps=claimed_eps, delta=delta, rng=rng, covers=covers,
-        confidence=confidence,
-    )
-
-
-def cosine_view_audit(
-    cosines: np.ndarray,
-    in_mask: np.ndarray,
-    *,
-    claimed_eps: float,
-    delta: float,
-    rng: np.random.Generator,
-    covers: str = "the model updates",
-    confidence: float = CONFIDENCE,
-) -> UpdateViewAudit:
-    """The estimate and the bound of update_view_audit from cosines already computed, for canaries whose
-    direction changes from round to round (e.g. an example's gradient at each round's global model: the
-    caller takes each canary's largest cosine over the rounds, as canary_cosines does for fixed ones)."""
+    update); the others are the null. The bound is valid when that choice was random."""
     values = np.asarray(cosines, dtype=np.float64).reshape(-1)
     inserted = boolean_mask("in_mask", in_mask, values.shape)
-    eps_estimate, mu = gaussian_epsilon_estimate(values[inserted], values[~inserted], delta)
-    report = audit_scores(
-        values, inserted, claimed_eps=claimed_eps, delta=delta, rng=rng, covers=covers, confidence=confidence
-    )
+    eps_estimate, mu = gaussian_epsilon_estimate(values[inserted], values[~inserted], claim.delta)
+    report = audit_scores(values, inserted, claim, rng=rng)
     return UpdateViewAudit(eps_estimate, mu, report, values, inserted)

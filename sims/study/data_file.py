@@ -1,7 +1,8 @@
 """A --data-path file in medmnist's .npz layout, checked before any training and made loadable.
 
-medmnist's reader (dirichlet_fl.data, dataset=<flag>) reads `<data-root>/<flag>.npz`; a file with any
-other name or place is linked there, inside the study's own folder, so the app's loader reads it as is.
+The file is read and checked by the app's own site-file reader (dirichlet_fl.site_file); medmnist's
+reader (dirichlet_fl.data, dataset=<flag>) then reads `<data-root>/<flag>.npz`, so a file with any other
+name or place is linked there, inside the study's own folder, and the app's loader reads it as is.
 """
 
 from __future__ import annotations
@@ -9,39 +10,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
+from dirichlet_fl.site_file import check_labels, read_npz_splits
 
-SPLITS = ("train", "val", "test")
+FLAG = "--data-path"
 
 
 def check_medmnist_layout(path: Path, num_classes: int) -> None:
     """Raise ValueError (naming --data-path, the file and what is wrong) unless `path` holds medmnist's
-    arrays: `<split>_images` uint8 N x H x W or N x H x W x C, `<split>_labels` N x 1 in [0, num_classes),
-    for train, val and test, with one image shape across splits."""
-    if not path.is_file():
-        raise ValueError(f"--data-path={path}: file not found")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except Exception as error:  # zip, header or pickle errors all mean one thing here: not an .npz
-        raise ValueError(f"--data-path={path}: not a readable .npz ({type(error).__name__})") from None
-    wanted = [f"{split}_{kind}" for split in SPLITS for kind in ("images", "labels")]
-    missing = [key for key in wanted if key not in arrays]
-    if missing:
-        raise ValueError(f"--data-path={path}: not medmnist's layout, missing {', '.join(missing)} "
-                         f"(expected {', '.join(wanted)})")
-    shapes = set()
-    for split in SPLITS:
-        images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
-        if images.dtype != np.uint8 or images.ndim not in (3, 4) or labels.shape != (len(images), 1):
-            raise ValueError(f"--data-path={path}: {split}_images must be uint8 N x H x W (x C) and {split}_labels "
-                             f"N x 1, got {images.dtype} {images.shape} and {labels.shape}")
-        if labels.size and not 0 <= int(labels.min()) <= int(labels.max()) < num_classes:
-            raise ValueError(f"--data-path={path}: {split}_labels span [{int(labels.min())}, {int(labels.max())}]; "
-                             f"the data set has {num_classes} classes, valid range [0, {num_classes - 1}]")
-        shapes.add(images.shape[1:])
+    arrays as the site-file reader reads them, with the val split medmnist's reader needs, labels in
+    [0, num_classes) and one image shape across the splits."""
+    splits = read_npz_splits(path, FLAG, require_test=True)
+    if "val" not in splits:
+        raise ValueError(f"{FLAG} {path}: missing arrays val_images, val_labels (medmnist's reader needs them)")
+    check_labels(path, FLAG, splits, num_classes)
+    shapes = {images.shape[1:] for images, _ in splits.values()}
     if len(shapes) != 1:
-        raise ValueError(f"--data-path={path}: the splits' image shapes differ ({sorted(shapes)})")
+        raise ValueError(f"{FLAG} {path}: the splits' image shapes differ ({sorted(shapes)})")
 
 
 def linked_root(path: Path, flag: str, folder: Path) -> Path:

@@ -15,11 +15,11 @@ from flwr.app import ArrayRecord
 
 from cli.audit import add_parser
 from dirichlet_fl.config import DataConfig, RunConfig
-from dirichlet_fl.evaluation import evaluate
+from dirichlet_fl.metrics import evaluate
 from dirichlet_fl.run_audit import audit_run, matched_candidates, pooled_candidates
 from dirichlet_fl.run_model import build_run_model
 from dirichlet_fl.run_reader import CHECKPOINT, load_run
-from dirichlet_fl.run_writer import ClientLedger, save_round_updates
+from dirichlet_fl.run_writer import ClientStanding, save_round_updates
 from dirichlet_fl.split import federated_split
 from privacy.audit.verdict import VERDICTS
 from privacy.registry import covers
@@ -243,7 +243,7 @@ def test_a_killed_run_is_audited_from_its_last_checkpoint(tmp_path, capsys):
     """No summary.json (the server was killed): the checkpoint's ledgers give the claimed eps."""
     run_dir = write_run(tmp_path / "run", "dirichlet", [1.0, 2.0])
     (run_dir / "summary.json").unlink()
-    ledgers = {str(c): asdict(ClientLedger(target_epsilon=4.0, epsilon=eps, steps=7, sample_rate=0.1))
+    ledgers = {str(c): asdict(ClientStanding(target_epsilon=4.0, epsilon=eps, steps=7, sample_rate=0.1))
                for c, eps in enumerate([0.5, 0.75])}
     torch.save({"round": 2, "clients": ledgers}, run_dir / CHECKPOINT)
     (run_dir / "rounds.csv").write_text("round,central_accuracy\n1,0.25\n2,0.5\n")

@@ -8,11 +8,9 @@ process a test starts is stopped by PID, and each test asserts that none of them
 
 from __future__ import annotations
 
-import signal
 import ssl
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,30 +22,12 @@ from cli.certificates import CertPaths, make_certificates, make_node_keys
 from cli.federation import Federation
 from cli.processes import DeploymentError, pid_alive
 from cli.staging import ConfigValue, render_config
+from tests.cli.conftest import leaders
 
 TEST_BUDGET_S = 120  # hard ceiling per test; the slowest (the smoke run) takes about 30 s
 
 
 pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]  # tests/conftest.py, with TEST_BUDGET_S
-
-
-@pytest.fixture
-def federations() -> Iterator[list[Federation]]:
-    """Collects the federations a test creates; stops them all and asserts no process survives."""
-    created: list[Federation] = []
-    yield created
-    signal.alarm(0)  # stopping is bounded by itself (grace period, then SIGKILL): never interrupt it
-    leftovers = set()
-    for federation in created:
-        federation.stop()
-        leftovers |= federation.alive_pids()
-        leftovers |= {pid for pid in _leaders(federation) if pid_alive(pid)}
-    assert not leftovers, f"processes left running: {sorted(leftovers)}"
-
-
-def _leaders(federation: Federation) -> set[int]:
-    processes = [federation.superlink] + [node.process for node in federation.nodes]
-    return {proc.pid for proc in processes if proc is not None}
 
 
 def _mode(path: Path) -> int:
@@ -267,7 +247,7 @@ def test_smoke_run_with_tls_and_supernode_auth(tmp_path: Path, federations: list
         assert failed.status == "finished:failed"
     print(f"\nstartup {startup_s:.1f} s, smoke run {outcome.duration_s:.1f} s")
     assert not federation.alive_pids()
-    assert not any(pid_alive(pid) for pid in _leaders(federation))
+    assert not any(pid_alive(pid) for pid in leaders(federation))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -314,8 +294,8 @@ def test_keyboard_interrupt_stops_every_process(tmp_path: Path, federations: lis
     federations.append(federation)
     with pytest.raises(KeyboardInterrupt):
         with federation:
-            leaders = _leaders(federation)
-            assert all(pid_alive(pid) for pid in leaders)
+            started = leaders(federation)
+            assert all(pid_alive(pid) for pid in started)
             raise KeyboardInterrupt
     assert not federation.alive_pids()
-    assert not any(pid_alive(pid) for pid in leaders)
+    assert not any(pid_alive(pid) for pid in started)

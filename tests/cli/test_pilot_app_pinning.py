@@ -10,8 +10,6 @@ error. Every process is stopped by PID and checked gone.
 from __future__ import annotations
 
 import json
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,19 +84,6 @@ def write_probe_app(folder: Path, variant: str) -> Path:
     (folder / "probe" / "server.py").write_text(_SERVER)
     (folder / "probe" / "client.py").write_text(_CLIENT.replace("VARIANT", variant))
     return folder
-
-
-@pytest.fixture
-def federations() -> Iterator[list[Federation]]:
-    """Stops every federation a test created and asserts that none of its processes survives."""
-    created: list[Federation] = []
-    yield created
-    signal.alarm(0)
-    leftovers: set[int] = set()
-    for federation in created:
-        federation.stop()
-        leftovers |= federation.alive_pids()
-    assert not leftovers, f"processes left running: {sorted(leftovers)}"
 
 
 def test_error_code_is_flowers_fab_verification_error() -> None:

@@ -8,9 +8,7 @@ refused. Real Flower processes on loopback; every process is stopped by PID and 
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,19 +19,6 @@ from cli.processes import DeploymentError, base_env, executable
 
 TEST_BUDGET_S = 120
 pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
-
-
-@pytest.fixture
-def federations() -> Iterator[list[Federation]]:
-    """Stops every federation a test created and asserts that none of its processes survives."""
-    created: list[Federation] = []
-    yield created
-    signal.alarm(0)
-    leftovers: set[int] = set()
-    for federation in created:
-        federation.stop()
-        leftovers |= federation.alive_pids()
-    assert not leftovers, f"processes left running: {sorted(leftovers)}"
 
 
 def outsider_register(home: Path, address: str, ca_cert: Path, public_key: Path) -> tuple[int, str]:

@@ -39,7 +39,9 @@ def test_overlay_of_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert curves.epsilon[0] == [(1, 2.0), (2, 4.0)] and curves.target == {0: 4.0, 1: 4.0}
 
 
-def test_a_folder_without_rounds_is_refused_with_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_folder_without_rounds_is_refused_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["plot", str(tmp_path)]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "RUN_DIR=" in error and "rounds.csv" in error

@@ -5,7 +5,8 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from client.secret_store import SECRET_BYTES, SECRET_FILE, publish_once, stored_secret
+from client.secret_store import SECRET_BYTES, SECRET_FILE, stored_secret
+from dirichlet_fl.files import publish_once
 
 
 def read_secret(folder: str, barrier: object, results: object) -> None:
@@ -31,8 +32,8 @@ def test_processes_starting_together_share_one_whole_secret(tmp_path: Path) -> N
 
 def test_publish_once_never_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
     target = tmp_path / "file"
-    publish_once(target, "first\n")
-    publish_once(target, "second\n")
+    publish_once(target, b"first\n")
+    publish_once(target, b"second\n")
     assert target.read_text() == "first\n"
     assert (target.stat().st_mode & 0o777) == 0o600
     assert [path.name for path in tmp_path.iterdir()] == ["file"]

@@ -15,8 +15,8 @@ from flwr.app import ArrayRecord, Context, RecordDict
 from flwr.common.config import get_fused_config_from_dir
 
 import client.client_app as client_app
+from client.lifetime_ledger import LifetimeLedger
 from client.site import SitePolicy, node_secret, public_reason
-from client.site_ledger import SiteLedger
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import load_dataset
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, POLICY_REFUSED, SETUP_FAILED
@@ -280,9 +280,9 @@ def test_bad_ledger_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     assert "is below what this site already spent" in too_low.error.reason and str(ledger_file) in too_low.error.reason
     stored = json.loads(ledger_file.read_text())
     other = tmp_path / "other"
-    SiteLedger(other, "f" * 64, 1e-5, None, tmp_path).commit("1", stored["runs"]["1"]["state"])
+    LifetimeLedger(other, "f" * 64, 1e-5, None, tmp_path).commit("1", stored["runs"]["1"]["state"])
     with pytest.raises(ValueError, match="belongs to another data set"):
-        SiteLedger(other, "f" * 16 + "0" * 48, 1e-5, None, tmp_path)
+        LifetimeLedger(other, "f" * 16 + "0" * 48, 1e-5, None, tmp_path)
     ledger_file.write_text("{broken")
     corrupt = train(context(node, run_id=3))
     assert corrupt.has_error() and corrupt.error.code == SETUP_FAILED

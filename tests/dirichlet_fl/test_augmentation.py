@@ -67,5 +67,7 @@ def test_random_crop_flip_runs_on_the_gpu(generator_device: str) -> None:
     out = random_crop_flip(x, torch.Generator(device=generator_device).manual_seed(0), padding=1)
     assert out.device == x.device
     for xi, oi in zip(x.cpu(), out.cpu()):
-        candidates = [reference_crop_flip(xi, t, left, f, 1) for t in range(3) for left in range(3) for f in (False, True)]
+        candidates = [
+            reference_crop_flip(xi, t, left, f, 1) for t in range(3) for left in range(3) for f in (False, True)
+        ]
         assert any(torch.equal(oi, candidate) for candidate in candidates)

@@ -30,7 +30,9 @@ def weights(value: float) -> ArrayRecord:
 def test_each_round_is_on_disk_before_the_next(tmp_path) -> None:
     config = RunConfig(results_dir=str(tmp_path), run_name="run")
     writer = RunWriter.create(config, num_clients=2, covers="the outputs")
-    first = RoundRecord(1, trained={0: trained(0, 0.5, 10), 1: trained(1, 0.4, 5)}, central={"accuracy": 0.5, "loss": 1.0})
+    first = RoundRecord(
+        1, trained={0: trained(0, 0.5, 10), 1: trained(1, 0.4, 5)}, central={"accuracy": 0.5, "loss": 1.0}
+    )
     writer.record_round(first, weights(1.0), {})
     # a crash here leaves round 1 complete
     with open(tmp_path / "run" / "rounds.csv") as handle:
@@ -126,7 +128,8 @@ def test_a_failed_append_leaves_no_partial_row(tmp_path, monkeypatch: pytest.Mon
     with pytest.raises(OSError, match="No space"):
         writer.record_round(RoundRecord(1), weights(1.0), {})
     assert (tmp_path / "run" / "rounds.csv").read_text() == before
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.json", "ledger.csv", "model.pt", "rounds.csv"]
+    expected = ["config.json", "ledger.csv", "model.pt", "rounds.csv"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == expected
 
 
 def test_the_ledger_holds_events_only_and_the_summary_every_client(tmp_path) -> None:

@@ -21,7 +21,8 @@ def test_validation_examples_come_from_the_training_set_and_are_not_trained_on()
     full = load_dataset("digits", None)
     split = federated_split(RunConfig(data=DataConfig(validation_fraction=0.2)).split_spec(4))
     data = split.data
-    assert len(data.test_y) == math.ceil(0.2 * len(full.train_y)) and len(data.train_y) + len(data.test_y) == len(full.train_y)
+    assert len(data.test_y) == math.ceil(0.2 * len(full.train_y))
+    assert len(data.train_y) + len(data.test_y) == len(full.train_y)
     held_out = keys(data.test_x)
     assert held_out <= keys(full.train_x) and not held_out & keys(full.test_x)  # the test set is never read
     trained = set().union(*(keys(data.train_x[torch.as_tensor(part)]) for part in split.train_parts))

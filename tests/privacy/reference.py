@@ -1,5 +1,6 @@
-"""Reference formulas the tests check the library against. An independent evaluation of Theorem 10, written straight from the paper's formula in mpmath
-(50 digits, a plain loop over orders, no log-space rewrite), to check privacy.analysis against."""
+"""Reference formulas the tests check the library against. An independent evaluation of Theorem 10,
+written straight from the paper's formula in mpmath (50 digits, a plain loop over orders, no log-space
+rewrite), to check privacy.analysis against."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def theorem10_epsilon(r: float, alpha: float, q: float, steps: int, delta: float
     best = mp.inf
     lam = 2
     while lam <= max_order and alpha - (lam - 1) * r > 0:
-        bracket = (1 - q) ** (lam - 1) * (q * lam - q + 1) + mp.binomial(lam, 2) * q**2 * (1 - q) ** (lam - 2) * mp.e ** e(2)
+        bracket = (1 - q) ** (lam - 1) * (q * lam - q + 1)
+        bracket += mp.binomial(lam, 2) * q**2 * (1 - q) ** (lam - 2) * mp.e ** e(2)
         bracket += 3 * mp.fsum(
             mp.binomial(lam, j) * (1 - q) ** (lam - j) * q**j * mp.e ** ((j - 1) * e(j)) for j in range(3, lam + 1)
         )

@@ -22,14 +22,14 @@ from privacy.audit.one_run import (
     one_run_guesses,
     one_run_p_value,
 )
-from privacy.audit.report import audit_scores
+from privacy.audit.report import Claim, audit_scores
 from privacy.audit.statistics import CONFIDENCE
 from privacy.audit.update_view import (
     canary_cosines,
+    cosine_view_audit,
     gaussian_delta,
     gaussian_epsilon,
     gaussian_epsilon_estimate,
-    update_view_audit,
 )
 from privacy.audit.verdict import verdict
 
@@ -53,7 +53,7 @@ def _world(seed: int, boost: float, n: int = 2000, models: int = 16) -> dict[str
 
 
 def _audit(scores: np.ndarray, member: np.ndarray, seed: int = 0):
-    return audit_scores(scores, member, claimed_eps=CLAIM, delta=DELTA, rng=np.random.default_rng(seed))
+    return audit_scores(scores, member, Claim(CLAIM, DELTA), rng=np.random.default_rng(seed))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -359,7 +359,8 @@ def _canary_world(seed: int, noise: float, signal: float = 1.0, d: int = 10000, 
 def test_update_view_recovers_the_gaussian_mechanisms_epsilon():
     # Andrew et al.'s calibration check: with sensitivity 1 and noise sigma, mu = 1 / sigma.
     update, canaries, in_mask = _canary_world(seed=14, noise=1.0)
-    result = update_view_audit(update, canaries, in_mask, claimed_eps=10.0, delta=DELTA, rng=np.random.default_rng(0))
+    cosines = canary_cosines(update, canaries)
+    result = cosine_view_audit(cosines, in_mask, Claim(10.0, DELTA), rng=np.random.default_rng(0))
     # The update also carries ~500 inserted canaries, whose overlaps (variance 500 / d) add to the noise.
     effective_mu = 1.0 / math.sqrt(1.0 + in_mask.sum() / canaries.shape[1])
     # mu is estimated from 500 + 500 cosines: its sampling error is about 0.05.
@@ -371,13 +372,13 @@ def test_update_view_recovers_the_gaussian_mechanisms_epsilon():
 
 def test_update_view_flags_unnoised_canaries_and_clears_an_unrelated_update():
     update, canaries, in_mask = _canary_world(seed=15, noise=0.0)
-    leaked = update_view_audit(update, canaries, in_mask, claimed_eps=CLAIM, delta=DELTA, rng=np.random.default_rng(0))
+    cosines = canary_cosines(update, canaries)
+    leaked = cosine_view_audit(cosines, in_mask, Claim(CLAIM, DELTA), rng=np.random.default_rng(0))
     assert leaked.eps_estimate > 10 and leaked.report.eps_lower_bound > 2.5 and leaked.report.violation
     assert verdict(leaked.report.eps_lower_bound, CLAIM).label == "violation"
     unrelated = np.random.default_rng(16).normal(size=canaries.shape[1])
-    clean = update_view_audit(
-        unrelated, canaries, in_mask, claimed_eps=CLAIM, delta=DELTA, rng=np.random.default_rng(0)
-    )
+    unrelated_cosines = canary_cosines(unrelated, canaries)
+    clean = cosine_view_audit(unrelated_cosines, in_mask, Claim(CLAIM, DELTA), rng=np.random.default_rng(0))
     assert clean.report.eps_lower_bound < 0.3 and verdict(clean.report.eps_lower_bound, CLAIM).label == "no violation"
     assert clean.mu < 0.4  # an estimate: sampling noise alone, no confidence level
 

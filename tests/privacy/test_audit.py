@@ -14,7 +14,7 @@ from torch import nn
 
 from privacy.audit.attacks import per_example_losses
 from privacy.audit.plot import plot_roc
-from privacy.audit.report import audit
+from privacy.audit.report import Claim, audit
 from privacy.audit.statistics import (
     AttackCounts,
     Threshold,
@@ -145,12 +145,10 @@ def test_roc_curve_area_is_the_auc_and_tpr_at_fpr_reads_the_curve():
 
 def test_audit_report_flags_a_violation_and_serialises(tmp_path):
     rng = np.random.default_rng(4)
-    report = audit(rng.normal(3, 1, 600), rng.normal(0, 1, 600), claimed_eps=1.0, delta=DELTA, covers="weights",
-                   rng=rng)
+    report = audit(rng.normal(3, 1, 600), rng.normal(0, 1, 600), Claim(1.0, DELTA, "weights"), rng=rng)
     assert report.violation and report.eps_lower_bound > 1.0
     assert report.to_dict()["violation"] is True and report.to_dict()["claimed_eps"] == 1.0
-    no_claim = audit(rng.normal(3, 1, 600), rng.normal(0, 1, 600), claimed_eps=math.inf, delta=DELTA,
-                     covers="nothing", rng=rng)
+    no_claim = audit(rng.normal(3, 1, 600), rng.normal(0, 1, 600), Claim(math.inf, DELTA, "nothing"), rng=rng)
     assert not no_claim.violation and no_claim.to_dict()["claimed_eps"] is None
     plot_roc({"claimed": report, "none": no_claim.roc}, tmp_path / "roc.png", "test")
     assert (tmp_path / "roc.png").read_bytes()[:4] == b"\x89PNG"
@@ -196,7 +194,7 @@ def test_a_model_that_never_saw_the_candidates_shows_no_leak():
     model = _train(x[other], y[other], 60)
     scores_in = -per_example_losses(model, x[members], y[members])
     scores_out = -per_example_losses(model, x[nonmembers], y[nonmembers])
-    report = audit(scores_in, scores_out, claimed_eps=0.0, delta=DELTA, covers="-", rng=np.random.default_rng(0))
+    report = audit(scores_in, scores_out, Claim(0.0, DELTA, "-"), rng=np.random.default_rng(0))
     assert abs(report.auc - 0.5) < 0.1
     assert report.eps_lower_bound < 0.2
 
@@ -218,6 +216,6 @@ def test_an_overfit_model_leaks_membership():
         optimizer.step()
     scores_in = -per_example_losses(model, x[:200], y[:200])
     scores_out = -per_example_losses(model, x[200:], y[200:])
-    report = audit(scores_in, scores_out, claimed_eps=1.0, delta=DELTA, covers="-", rng=np.random.default_rng(0))
+    report = audit(scores_in, scores_out, Claim(1.0, DELTA, "-"), rng=np.random.default_rng(0))
     assert report.auc > 0.8
     assert report.eps_lower_bound > 1.0 and report.violation

@@ -18,7 +18,9 @@ from privacy.client_level import AdaptiveClipping, ClientLevelAccountant, Client
 
 
 @pytest.mark.parametrize(("population", "sample_size", "multiplier", "rounds"), [(100, 10, 1.1, 4), (10, 10, 3.0, 5)])
-def test_client_level_eps_matches_dp_accounting(population: int, sample_size: int, multiplier: float, rounds: int) -> None:
+def test_client_level_eps_matches_dp_accounting(
+    population: int, sample_size: int, multiplier: float, rounds: int
+) -> None:
     accountant = ClientLevelAccountant(1e-5)
     for _ in range(rounds):
         accountant.compose(ClientLevelRound(population, sample_size, multiplier))

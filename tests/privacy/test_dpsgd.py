@@ -19,7 +19,9 @@ from privacy.registry import build_mechanism, restore_mechanism
 DELTA = 1e-5
 
 
-def spec(target: float = 1.0, steps: int = 1000, sample_rate: float = 0.01, num_examples: int | None = 500) -> MechanismSpec:
+def spec(
+    target: float = 1.0, steps: int = 1000, sample_rate: float = 0.01, num_examples: int | None = 500
+) -> MechanismSpec:
     return MechanismSpec("dpsgd", target, DELTA, sample_rate, steps, max_grad_norm=1.0, num_examples=num_examples)
 
 
@@ -184,7 +186,8 @@ def test_train_step_refuses_an_optimizer_that_was_not_wrapped():
     model = tiny_model()
     mechanism = DPSGDMechanism(1.0, 1.0, 0.1, 4, DELTA)
     with pytest.raises(TypeError, match="wrap"):
-        mechanism.train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.zeros(1, 1, 2, 2), torch.tensor([0]), None)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        mechanism.train_step(model, optimizer, torch.zeros(1, 1, 2, 2), torch.tensor([0]), None)
 
 
 def test_rdp_curve_is_opacus_up_to_order_256_and_the_unsampled_bound_above() -> None:

@@ -116,7 +116,8 @@ def test_accuracy_sweep_resumes_without_rerunning_finished_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["accuracy", "--dataset", "digits", "--num-clients", "2", "--seeds", "2", "--rounds", "1",
-            "--local-epochs", "0.25", "--splits", "iid", "--mechanisms", "none", "--workers", "1", "--out", str(tmp_path)]
+            "--local-epochs", "0.25", "--splits", "iid", "--mechanisms", "none", "--workers", "1",
+            "--out", str(tmp_path)]
     first = run_bench(argv, capsys)
     runs = (tmp_path / "runs.csv").read_text()
 

@@ -1,12 +1,13 @@
-"""A durable privacy-ledger file: one JSON object, written atomically, private, locked, optionally signed.
+"""A locked JSON file: one JSON object, written atomically, private, locked, optionally signed; what a
+lifetime ledger, a simulated client's run state file and the node's ledger index are stored in.
 
 The file is written atomically and durably (dirichlet_fl.files: temporary file, fsync, os.replace)
 with mode 0600. Every read-compose-write of it runs under an exclusive `fcntl.flock` on a lock file
-beside it (`.<name>.lock`), so that two processes sharing a ledger (two runs at one site) never
-lose each other's steps. With a key (a site's ledger: client/secret_store.py derives it from the node
+beside it (`.<name>.lock`), so that two processes sharing a file (two runs at one site) never
+lose each other's steps. With a key (a site's lifetime ledger: client/secret_store.py derives it from the node
 secret) the object carries an HMAC-SHA256 of its canonical JSON, and a file edited by anyone without
 the secret is refused. A file that exists but cannot be read, parsed or authenticated raises
-LedgerFileError naming the file; it is never silently reset, which would let a client spend twice.
+LockedJsonError naming the file; it is never silently reset, which would let a client spend twice.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ from typing import Any
 
 from dirichlet_fl.files import write_atomically
 
-LEDGER_FILE_MODE = 0o600
+PRIVATE_FILE_MODE = 0o600
 MAC_FIELD = "hmac"
-"""The field holding the HMAC of the rest of the object (hex), in a signed ledger file."""
+"""The field holding the HMAC of the rest of the object (hex), in a signed file."""
 
 
-class LedgerFileError(ValueError):
-    """The ledger file exists but cannot be read back; its message names the file and the fix."""
+class LockedJsonError(ValueError):
+    """The file exists but cannot be read back; its message names the file and the fix."""
 
 
 def private_folder(folder: Path) -> None:
@@ -45,8 +46,8 @@ def canonical(state: dict[str, Any]) -> bytes:
     return json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-class LedgerStore:
-    """load() and save() one ledger (a JSON object) at `path`; signed when `key` is given."""
+class LockedJsonFile:
+    """load() and save() one JSON object at `path`, under its lock; signed when `key` is given."""
 
     def __init__(self, path: Path, key: bytes | None = None) -> None:
         self.path = Path(path)
@@ -60,7 +61,7 @@ class LedgerStore:
     def locked(self) -> Iterator[None]:
         """Hold the exclusive lock of this ledger (blocking): one reader-writer at a time, across processes."""
         private_folder(self.path.parent)
-        descriptor = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, LEDGER_FILE_MODE)
+        descriptor = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
             yield
@@ -84,18 +85,18 @@ class LedgerStore:
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as error:
-            raise LedgerFileError(
+            raise LockedJsonError(
                 f"ledger file {self.path} cannot be read ({error}); restore it from a backup"
             ) from None
         try:
             state = json.loads(text)
         except json.JSONDecodeError as error:
-            raise LedgerFileError(
+            raise LockedJsonError(
                 f"ledger file {self.path} is corrupt ({error.msg} at line {error.lineno}); restore it from a backup: "
                 "the client will not train with an unknown ledger"
             ) from None
         if not isinstance(state, dict):
-            raise LedgerFileError(f"ledger file {self.path} holds no JSON object; restore it from a backup")
+            raise LockedJsonError(f"ledger file {self.path} holds no JSON object; restore it from a backup")
         if self.key is not None:
             self._verify(state, unsigned_schema)
         return state
@@ -110,7 +111,7 @@ class LedgerStore:
         except ValueError:
             expected = ""
         if not isinstance(mac, str) or not hmac.compare_digest(mac, expected):
-            raise LedgerFileError(
+            raise LockedJsonError(
                 f"ledger file {self.path} was changed by someone without this node's secret (its HMAC does not "
                 "match): restore it from a backup; the site will not train on an edited ledger"
             )
@@ -126,5 +127,5 @@ class LedgerStore:
         private_folder(self.path.parent)
         mac = None if self.key is None else self.digest(state)
         stored = state if mac is None else {**state, MAC_FIELD: mac}
-        write_atomically(self.path, (json.dumps(stored, allow_nan=False) + "\n").encode(), LEDGER_FILE_MODE)
+        write_atomically(self.path, (json.dumps(stored, allow_nan=False) + "\n").encode(), PRIVATE_FILE_MODE)
         return mac

@@ -6,7 +6,7 @@ a file of another data set is refused, never reused. Each run's entry holds its 
 the name of the round's progress file (client/progress.py): the entry's `state` is then the round's
 plan (the safe side), replaced by what actually ran once the round's process is known to be gone.
 
-Every change is a read-compose-write under the ledger's lock (client/ledger_store.py), so two runs at
+Every change is a read-compose-write under the ledger's lock (client/locked_json.py), so two runs at
 one site never lose each other's steps, and a round's lifetime check and its write-ahead record are
 one step. The file is signed with a key derived from the node secret and its last write is recorded
 in the secret's folder (client/secret_store.py): an edited, deleted or rolled-back ledger is refused.
@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from client.ledger_store import LedgerFileError, LedgerStore
+from client.locked_json import LockedJsonError, LockedJsonFile
 from client.progress import RoundProgress, interrupted
-from client.secret_store import LedgerIndex, ledger_key, stored_secret
+from client.secret_store import LifetimeLedgerIndex, lifetime_ledger_key, stored_secret
 from privacy.lifetime import LifetimeBudgetSpent, lifetime_epsilon
 
 LEDGER_SCHEMA = 2
@@ -29,15 +29,15 @@ UNSIGNED_SCHEMA = 1
 signed by the next write."""
 
 
-class SiteLedger:
+class LifetimeLedger:
     """The lifetime ledger of one data set at one site: `runs` maps a run key to its entry."""
 
     def __init__(
         self, ledger_dir: Path, fingerprint: str, delta: float, lifetime: float | None, secret_dir: Path
     ) -> None:
         secret = stored_secret(secret_dir)
-        self.store = LedgerStore(ledger_dir / f"ledger-{fingerprint[:16]}.json", ledger_key(secret))
-        self.index = LedgerIndex(secret_dir, secret)
+        self.store = LockedJsonFile(ledger_dir / f"ledger-{fingerprint[:16]}.json", lifetime_ledger_key(secret))
+        self.index = LifetimeLedgerIndex(secret_dir, secret)
         self.fingerprint = fingerprint
         self.lifetime = lifetime
         self.delta = delta
@@ -62,10 +62,10 @@ class SiteLedger:
             return []
         try:
             if stored.get("schema") not in (UNSIGNED_SCHEMA, LEDGER_SCHEMA):
-                raise LedgerFileError(f"ledger file {path}: unknown schema {stored.get('schema')!r}")
+                raise LockedJsonError(f"ledger file {path}: unknown schema {stored.get('schema')!r}")
             if stored["data_fingerprint"] != self.fingerprint:
                 theirs = str(stored["data_fingerprint"])[:16]
-                raise LedgerFileError(
+                raise LockedJsonError(
                     f"ledger file {path} belongs to another data set (fingerprint {theirs}, this site's data "
                     f"{self.fingerprint[:16]}): refusing to reuse it"
                 )
@@ -77,11 +77,11 @@ class SiteLedger:
             self.runs = runs
             self.spent()  # every state must compose
         except (KeyError, TypeError, AttributeError) as error:
-            raise LedgerFileError(f"ledger file {path} is malformed (missing {error}); restore it") from None
-        except LedgerFileError:
+            raise LockedJsonError(f"ledger file {path} is malformed (missing {error}); restore it") from None
+        except LockedJsonError:
             raise
         except ValueError as error:  # a state the accountant cannot compose: refused loudly
-            raise LedgerFileError(f"ledger file {path}: cannot compose its runs: {error}") from None
+            raise LockedJsonError(f"ledger file {path}: cannot compose its runs: {error}") from None
         return [item for item in stale if item is not None]
 
     def _resolve(self, entry: dict[str, Any]) -> Path | None:

@@ -1,4 +1,5 @@
-"""A simulated client's durable ledger for one run: `<run-dir>/ledgers/partition-<id>.json`.
+"""A simulated client's run state file: its accountant state for one run, durable, at
+`<run-dir>/ledgers/partition-<id>.json`.
 
 It holds the client's mechanism state (`mechanism`), the round it belongs to and whether it is that
 round's exact ledger (`complete`), so that a killed run resumes its clients where they were. While a
@@ -13,15 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from client.ledger_store import LedgerFileError, LedgerStore
+from client.locked_json import LockedJsonError, LockedJsonFile
 from client.progress import RoundProgress, interrupted
 
 
-class RunLedger:
-    """load, reserve (write-ahead) and commit one simulated client's ledger file."""
+class RunStateFile:
+    """load, reserve (write-ahead) and commit one simulated client's run state file."""
 
     def __init__(self, path: Path) -> None:
-        self.store = LedgerStore(path)
+        self.store = LockedJsonFile(path)
 
     def current(self) -> dict[str, Any] | None:
         """The client's mechanism state, with an interrupted round's plan replaced by what it ran."""
@@ -35,7 +36,7 @@ class RunLedger:
                 found = interrupted(state, stored["in_flight"], self.store.path.parent)
                 state = state if found is None else found[0]
         except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise LedgerFileError(f"ledger file {self.store.path} is malformed ({error}); restore it") from None
+            raise LockedJsonError(f"ledger file {self.store.path} is malformed ({error}); restore it") from None
         return state
 
     def reserve(self, done: dict[str, Any], planned: dict[str, Any], server_round: int) -> RoundProgress:

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import client.client_app as client_app
-from client.ledger_store import LedgerFileError
-from client.site_ledger import SiteLedger
+from client.lifetime_ledger import LifetimeLedger
+from client.locked_json import LockedJsonError
 from dirichlet_fl.protocol import SETUP_FAILED
 from privacy.mechanisms import MechanismSpec
 from privacy.registry import build_mechanism, restore_mechanism
@@ -43,7 +43,7 @@ def steps_of(state: dict[str, Any] | None) -> int:
 
 def one_round(folder: Path, run_key: str, base: dict[str, Any], server_round: int) -> None:
     """What a ClientApp process does with the ledger in one round: open, write ahead, train, commit."""
-    ledger = SiteLedger(folder, FINGERPRINT, 1e-5, None, folder)
+    ledger = LifetimeLedger(folder, FINGERPRINT, 1e-5, None, folder)
     done = ledger.current(run_key) or base
     planned = after(done, STEPS)
     progress = ledger.reserve(run_key, done, planned, server_round, "00" * 16)
@@ -69,7 +69,7 @@ def test_two_writers_at_once_lose_no_step(tmp_path: Path) -> None:
     for process in processes:
         process.join(timeout=240)
         assert process.exitcode == 0
-    ledger = SiteLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
+    ledger = LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
     assert {key: steps_of(ledger.current(key)) for key in "AB"} == {"A": rounds * STEPS, "B": rounds * STEPS}
     assert ledger.writes == 2 * 2 * rounds  # every write-ahead and every commit
     assert not list(tmp_path.glob("*.progress"))
@@ -103,8 +103,8 @@ def edit(path: Path, change: Any) -> None:
 )
 def test_an_edited_ledger_is_refused_naming_the_file(written: Path, change: Any) -> None:
     edit(written, change)
-    with pytest.raises(LedgerFileError) as refused:
-        SiteLedger(written.parent, FINGERPRINT, 1e-5, None, written.parent)
+    with pytest.raises(LockedJsonError) as refused:
+        LifetimeLedger(written.parent, FINGERPRINT, 1e-5, None, written.parent)
     message = str(refused.value)
     assert f"ledger file {written} " in message and "\n" not in message
     assert "changed by someone without this node's secret" in message or "not the one this node last wrote" in message
@@ -112,8 +112,8 @@ def test_an_edited_ledger_is_refused_naming_the_file(written: Path, change: Any)
 
 def test_a_deleted_ledger_is_not_a_fresh_budget(written: Path) -> None:
     written.unlink()
-    with pytest.raises(LedgerFileError, match=f"ledger file {written} is missing, but .* records 4 writes"):
-        SiteLedger(written.parent, FINGERPRINT, 1e-5, None, written.parent)
+    with pytest.raises(LockedJsonError, match=f"ledger file {written} is missing, but .* records 4 writes"):
+        LifetimeLedger(written.parent, FINGERPRINT, 1e-5, None, written.parent)
 
 
 def test_an_older_copy_put_back_is_refused(written: Path) -> None:
@@ -121,8 +121,8 @@ def test_an_older_copy_put_back_is_refused(written: Path) -> None:
     shutil.copy(written, older)
     one_round(written.parent, "1", base_state(), 3)
     shutil.copy(older, written)
-    with pytest.raises(LedgerFileError, match="not the one this node last wrote \\(write 4, .* records write 6\\)"):
-        SiteLedger(written.parent, FINGERPRINT, 1e-5, None, written.parent)
+    with pytest.raises(LockedJsonError, match="not the one this node last wrote \\(write 4, .* records write 6\\)"):
+        LifetimeLedger(written.parent, FINGERPRINT, 1e-5, None, written.parent)
 
 
 def test_a_ledger_from_before_signing_is_read_once_then_signed(tmp_path: Path) -> None:
@@ -130,24 +130,24 @@ def test_a_ledger_from_before_signing_is_read_once_then_signed(tmp_path: Path) -
     path = tmp_path / f"ledger-{FINGERPRINT[:16]}.json"
     unsigned = {"schema": 1, "data_fingerprint": FINGERPRINT, "delta": 1e-5, "runs": {"7": {"state": state}}}
     path.write_text(json.dumps(unsigned))
-    ledger = SiteLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
+    ledger = LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
     assert steps_of(ledger.current("7")) == 5
     ledger.commit("7", after(state, 1))
     assert json.loads(path.read_text())["schema"] == 2 and "hmac" in json.loads(path.read_text())
     path.write_text(json.dumps(unsigned))  # now the node knows this ledger: an unsigned file is an edit
-    with pytest.raises(LedgerFileError, match="changed by someone without this node's secret"):
-        SiteLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
+    with pytest.raises(LockedJsonError, match="changed by someone without this node's secret"):
+        LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
 
 
 def test_a_round_that_may_still_run_keeps_its_plan(tmp_path: Path) -> None:
     base = base_state()
-    ledger = SiteLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
+    ledger = LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
     progress = ledger.reserve("1", base, after(base, 10), 1, "00" * 16)
     progress(2)
-    reader = SiteLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
+    reader = LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
     assert steps_of(reader.current("1")) == 10  # its process holds the progress file: the plan stands
     progress.finish()  # the file is gone without a commit: the count is unknown, the plan still stands
-    assert steps_of(SiteLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path).current("1")) == 10
+    assert steps_of(LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path).current("1")) == 10
 
 
 def test_an_edited_ledger_stops_the_client_with_one_line(tmp_path: Path) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from client.ledger_store import LedgerFileError, LedgerStore
+from client.locked_json import LockedJsonError, LockedJsonFile
 
 
 def test_save_then_load_round_trips_with_mode_0600(tmp_path) -> None:
-    store = LedgerStore(tmp_path / "ledgers" / "partition-0.json")
+    store = LockedJsonFile(tmp_path / "ledgers" / "partition-0.json")
     assert store.load() is None
     store.save({"mechanism": {"steps": 7}, "round": 2})
     assert store.load() == {"mechanism": {"steps": 7}, "round": 2}
@@ -20,14 +20,14 @@ def test_save_then_load_round_trips_with_mode_0600(tmp_path) -> None:
 def test_a_corrupt_file_raises_naming_the_file(tmp_path, content: bytes) -> None:
     path = tmp_path / "partition-1.json"
     path.write_bytes(content)
-    with pytest.raises(LedgerFileError, match="partition-1.json") as raised:
-        LedgerStore(path).load()
+    with pytest.raises(LockedJsonError, match="partition-1.json") as raised:
+        LockedJsonFile(path).load()
     assert isinstance(raised.value, ValueError) and "\n" not in str(raised.value)
     assert path.read_bytes() == content  # left for a person to restore, not overwritten
 
 
 def test_a_failed_save_leaves_the_old_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = LedgerStore(tmp_path / "partition-0.json")
+    store = LockedJsonFile(tmp_path / "partition-0.json")
     store.save({"steps": 1})
 
     def full_disk(*args, **kwargs):
@@ -41,24 +41,24 @@ def test_a_failed_save_leaves_the_old_file(tmp_path, monkeypatch: pytest.MonkeyP
 
 
 def test_a_signed_file_refuses_any_edit_and_any_other_key(tmp_path) -> None:
-    store = LedgerStore(tmp_path / "ledger.json", key=b"k" * 32)
+    store = LockedJsonFile(tmp_path / "ledger.json", key=b"k" * 32)
     store.save({"steps": 7, "delta": 1e-5})
     assert store.load() == {"steps": 7, "delta": 1e-5}
     text = store.path.read_text()
     store.path.write_text(text.replace('"steps": 7', '"steps": 6'))
-    with pytest.raises(LedgerFileError, match=f"ledger file {store.path} was changed by someone without"):
+    with pytest.raises(LockedJsonError, match=f"ledger file {store.path} was changed by someone without"):
         store.load()
     store.path.write_text(text)
-    with pytest.raises(LedgerFileError, match="HMAC does not match"):
-        LedgerStore(store.path, key=b"x" * 32).load()
-    assert LedgerStore(store.path).load() is not None  # an unsigned reader (simulation) does not check
+    with pytest.raises(LockedJsonError, match="HMAC does not match"):
+        LockedJsonFile(store.path, key=b"x" * 32).load()
+    assert LockedJsonFile(store.path).load() is not None  # an unsigned reader (simulation) does not check
 
 
 def test_the_lock_is_exclusive_across_open_files_and_private(tmp_path) -> None:
     import fcntl
     import os
 
-    store = LedgerStore(tmp_path / "ledger.json")
+    store = LockedJsonFile(tmp_path / "ledger.json")
     with store.locked():
         descriptor = os.open(store.lock_path, os.O_RDWR)
         try:
