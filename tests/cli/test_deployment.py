@@ -27,7 +27,8 @@ from tests.cli.conftest import leaders
 TEST_BUDGET_S = 120  # hard ceiling per test; the slowest (the smoke run) takes about 30 s
 
 
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]  # tests/conftest.py, with TEST_BUDGET_S
+# hard_timeout: tests/conftest.py, with TEST_BUDGET_S
+pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
 
 
 def _mode(path: Path) -> int:

@@ -27,7 +27,8 @@ TEST_BUDGET_S = 600  # a hang guard; measured: about 60 s of CPU for the whole m
 RUN = "local-steps=10 batch-size=8 learning-rate=0.5"
 
 
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]  # tests/conftest.py, with TEST_BUDGET_S
+# hard_timeout: tests/conftest.py, with TEST_BUDGET_S
+pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
 
 
 def site_files(folder: Path, sites: int = 3) -> list[Path]:

@@ -17,7 +17,8 @@ from cli.main import main
 TEST_BUDGET_S = 900  # a hang guard; measured: 227 s wall, 27 s CPU (3 federations of one site, load ~13)
 RUN = "local-steps=4 batch-size=8"
 
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]  # tests/conftest.py, with TEST_BUDGET_S
+# hard_timeout: tests/conftest.py, with TEST_BUDGET_S
+pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
 
 
 def pilot(capsys: pytest.CaptureFixture[str], workdir: Path, run_config: str) -> tuple[int, dict, str]:

@@ -25,7 +25,8 @@ from dirichlet_fl.paths import APP_DIR
 
 TEST_BUDGET_S = 480  # a hang guard: startup ~30 s, the SuperLink notices a dead node within ~60 s
 RUN_TIMEOUT_S = 360
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]  # tests/conftest.py, with TEST_BUDGET_S
+# hard_timeout: tests/conftest.py, with TEST_BUDGET_S
+pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
 
 
 def node_configs(root: Path, sites: int = 3) -> list[dict[str, object]]:
