@@ -25,6 +25,12 @@ def _rows(folder: Path) -> list[dict[str, str]]:
         return [row for row in csv.DictReader(handle) if row["status"] == "ok"]
 
 
+def _data(folder: Path) -> str:
+    """The data file of a sweep: its name (`--data-path`), or dermamnist.npz in `--data-root`."""
+    sweep = json.loads((folder / "sweep.json").read_text())
+    return Path(sweep["data_path"]).name if sweep.get("data_path") else f"{sweep['dataset']}.npz"
+
+
 def _setting(folder: Path, mechanism: str) -> str:
     sweep = json.loads((folder / "sweep.json").read_text())
     return f"batch {sweep['batch_size']}, " + _rule(sweep, mechanism)
@@ -42,15 +48,15 @@ def _rule(sweep: dict, mechanism: str) -> str:
 
 def rendered(folders: Path = FOLDERS) -> str:
     """The markdown table of every folder under `folders`, sorted by name."""
-    lines = ["| sweep | mechanism | eps (delta=1e-5) | setting | seeds | balanced acc. mean | worst seed | "
-             "min class recall | dead classes | accuracy mean |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| sweep | data | mechanism | eps (delta=1e-5) | setting | seeds | balanced acc. mean | worst seed | "
+             "min class recall | dead classes | accuracy mean |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for folder in sorted(p for p in folders.iterdir() if (p / "runs.csv").is_file()):
         rows = _rows(folder)
         for mechanism, epsilon in sorted({(r["mechanism"], r["epsilon"]) for r in rows}):
             group = [r for r in rows if (r["mechanism"], r["epsilon"]) == (mechanism, epsilon)]
             balanced = [float(r["balanced_accuracy"]) for r in group]
             lines.append(
-                f"| {folder.name} | {mechanism} | {epsilon} | {_setting(folder, mechanism)} | {len(group)} | "
+                f"| {folder.name} | {_data(folder)} | {mechanism} | {epsilon} | {_setting(folder, mechanism)} | {len(group)} | "
                 f"{100 * statistics.mean(balanced):.1f} | {100 * min(balanced):.1f} | "
                 f"{100 * min(float(r['min_class_recall']) for r in group):.1f} | "
                 f"{sum(int(r['dead_classes']) for r in group)} | "
