@@ -56,7 +56,8 @@ def rendered(folders: Path = FOLDERS) -> str:
             group = [r for r in rows if (r["mechanism"], r["epsilon"]) == (mechanism, epsilon)]
             balanced = [float(r["balanced_accuracy"]) for r in group]
             lines.append(
-                f"| {folder.name} | {_data(folder)} | {mechanism} | {epsilon} | {_setting(folder, mechanism)} | {len(group)} | "
+                f"| {folder.name} | {_data(folder)} | {mechanism} | {epsilon} | {_setting(folder, mechanism)} | "
+                f"{len(group)} | "
                 f"{100 * statistics.mean(balanced):.1f} | {100 * min(balanced):.1f} | "
                 f"{100 * min(float(r['min_class_recall']) for r in group):.1f} | "
                 f"{sum(int(r['dead_classes']) for r in group)} | "
