@@ -7,6 +7,11 @@ starts all of that on 127.0.0.1, waits until each part is ready (polling ports a
 sleeps), submits runs through the ``flwr`` CLI and stops every process it started (cli/processes.py).
 Measured against flwr 1.42.0: the three APIs share one HTTPS port, and ``flwr run`` exits 0 even when
 the ServerApp failed (it prints ``Exit Code: <n>``; ``flwr list --run-id`` says ``finished:failed``).
+Every process gets ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` = TASK_POLL_S unless the caller's environment
+sets it: the SuperExec that the SuperLink and each SuperNode start asks for a task (a ServerApp or
+ClientApp process to start) that often (0.01-60 s, default 1; flwr/supercore/superexec/run_superexec.py).
+The SuperNode's waits between two pulls that found no message (3 s) and between two looks for a finished
+reply (0.5 s) are fixed in Flower 1.42 (flwr/supernode/start_client_internal.py): nothing sets them.
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _EXIT_CODE = re.compile(r"Exit Code: (\d+)")
 _RUN_ID = re.compile(r"Successfully (?:started|submitted) run (\d+)", re.IGNORECASE)
 _NODE_READY = "SuperNode ID:"
+TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+TASK_POLL_S = 0.2
+"""Seconds between a SuperExec's task polls: a message waits at most this long for its ClientApp process
+(Flower's default 1 s), for about 5 small loopback requests a second per SuperExec."""
 
 
 @dataclass(frozen=True)
@@ -468,7 +477,7 @@ class Federation:
     ) -> ManagedProcess:
         """Start a process with this federation's environment and record it for ``stop()``."""
         log_path = log_path or self.log_dir / f"{name}.log"
-        env = base_env(flwr_home) | dict(extra_env or {})
+        env = {TASK_POLL_ENV: str(TASK_POLL_S)} | base_env(flwr_home) | dict(extra_env or {})
         proc = start_process(name, argv, log_path, cwd, env, stdout_path)
         self._processes.append(proc)
         return proc

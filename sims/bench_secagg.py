@@ -14,6 +14,7 @@ import argparse
 import copy
 import statistics
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -37,9 +38,12 @@ from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.simulation import APP_DIR
 from dirichlet_fl.split import federated_split
 from sims.bench_simulation import measure_run, parse_overrides, steady_and_fixed
+from strategies.message_exchange import send_and_receive
 from strategies.secure import SecureFedAvg
 
 FIRST_NODE_ID = 100
+IN_PROCESS_REPLY_TIMEOUT_S = 0.01
+"""A round's reply timeout on InProcessGrid, where every reply exists as soon as its message is pushed."""
 
 
 PLAIN_STAGE = "plain"
@@ -51,9 +55,10 @@ class InProcessGrid(Grid):
 
     Node FIRST_NODE_ID + p holds partition p. A node listed in `drop[stage]` stops replying from that
     SecAgg+ stage on, as a crashed client would (a message outside SecAgg+ has the stage PLAIN_STAGE).
-    Every reply is kept in `replies` as (stage, reply).
-    Flower's SecAgg+ workflow only calls send_and_receive; the Grid's lower-level methods (create,
-    push, pull) are refused with NotImplementedError rather than imitated."""
+    Every reply is kept in `replies` as (stage, reply). Messages are delivered on push, as the app sends
+    them (strategies/message_exchange.py): a reply not there at the first pull never comes, so a round
+    on this grid needs a reply timeout of only IN_PROCESS_REPLY_TIMEOUT_S. Building messages through the
+    grid (create_message, deprecated in Flower) is refused with NotImplementedError rather than imitated."""
 
     def __init__(self, app: ClientApp, num_nodes: int, drop: dict[str, set[int]] | None = None) -> None:
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
@@ -66,22 +71,12 @@ class InProcessGrid(Grid):
         self.drop = drop or {}
         self.dead: set[int] = set()
         self.replies: list[tuple[str, Message]] = []
+        self.inbox: dict[str, Message] = {}
+        """Replies not pulled yet, by the id of the message they answer."""
         self._run = Run.create_empty(run_id=1)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        replies = []
-        for message in messages:
-            node = message.metadata.dst_node_id
-            secagg = message.content.config_records.get(RECORD_KEY_CONFIGS)
-            stage = str(secagg[Key.STAGE]) if secagg is not None else PLAIN_STAGE
-            if node in self.drop.get(stage, set()):
-                self.dead.add(node)
-            if node in self.dead:
-                continue
-            reply = self.app(copy.deepcopy(message), self.contexts[node])
-            self.replies.append((stage, reply))
-            replies.append(reply)
-        return replies
+        return send_and_receive(self, messages, timeout)
 
     @property
     def run(self) -> Run:
@@ -97,10 +92,25 @@ class InProcessGrid(Grid):
         return list(self.contexts)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        raise NotImplementedError("InProcessGrid only delivers through send_and_receive")
+        """Deliver each message to its node's ClientApp now; a dropped or dead node keeps silent."""
+        ids = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = message_id = uuid.uuid4().hex
+            ids.append(message_id)
+            node = message.metadata.dst_node_id
+            secagg = message.content.config_records.get(RECORD_KEY_CONFIGS)
+            stage = str(secagg[Key.STAGE]) if secagg is not None else PLAIN_STAGE
+            if node in self.drop.get(stage, set()):
+                self.dead.add(node)
+            if node in self.dead:
+                continue
+            reply = self.app(copy.deepcopy(message), self.contexts[node])
+            self.replies.append((stage, reply))
+            self.inbox[message_id] = reply
+        return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        raise NotImplementedError("InProcessGrid only delivers through send_and_receive")
+        return [self.inbox.pop(message_id) for message_id in message_ids if message_id in self.inbox]
 
 
 def fixed_update_app(update: dict[str, np.ndarray], num_examples: int) -> ClientApp:
@@ -123,6 +133,7 @@ def secure_round(
 ) -> tuple[SecureFedAvg, ArrayRecord | None]:
     """One training round of SecureFedAvg over `grid`'s nodes, every node sampled."""
     strategy = SecureFedAvg(replace(config, fraction_train=1.0, fraction_evaluate=0.0))
+    strategy.reply_timeout = IN_PROCESS_REPLY_TIMEOUT_S
     strategy.partition_of = {node: node - FIRST_NODE_ID for node in grid.contexts}
     messages = list(strategy.configure_train(1, arrays, ConfigRecord(), grid))
     return strategy, strategy.train_and_aggregate(grid, 1, arrays, messages)

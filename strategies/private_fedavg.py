@@ -49,6 +49,7 @@ from dirichlet_fl.config import RunConfig, clients_per_round
 from dirichlet_fl.protocol import REFUSALS, SETUP_FAILED, number, parse_error_reason
 from dirichlet_fl.run_writer import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
 from strategies.federated_evaluation import aggregate_evaluation, federated_metrics
+from strategies.message_exchange import send_and_receive
 from strategies.replies import NODE_UNAVAILABLE, attribute_replies, exchange
 
 JOIN_PATIENCE_S = 60.0
@@ -151,7 +152,7 @@ class PrivateFedAvg(FedAvg):
         query = RecordDict({"config": ConfigRecord({"code": code})})
         messages = [Message(query, dst_node_id=node, message_type=MessageType.QUERY) for node in nodes]
         gone = set()
-        for reply in attribute_replies(messages, grid.send_and_receive(messages, timeout=timeout)):
+        for reply in attribute_replies(messages, send_and_receive(grid, messages, timeout)):
             node = reply.metadata.src_node_id
             if reply.has_error() and reply.error.code == NODE_UNAVAILABLE:
                 log(WARNING, "dirichlet-fl: node %d is unavailable and is left out: %s", node, reply.error.reason)

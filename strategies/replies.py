@@ -18,6 +18,8 @@ from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from strategies.message_exchange import send_and_receive
+
 NODE_UNAVAILABLE = ErrorCode.NODE_UNAVAILABLE
 """Flower's error code for a node that is not there; the stand-in replies below use it as well."""
 
@@ -52,7 +54,7 @@ def exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Messag
     the module docstring): a node's own reply, or an error reply in its name saying why there is none."""
     listed = set(grid.get_node_ids())
     present = [message for message in messages if message.metadata.dst_node_id in listed]
-    sent = grid.send_and_receive(present, timeout=timeout) if present else []
+    sent = send_and_receive(grid, present, timeout) if present else []
     replies = {reply.metadata.src_node_id: reply for reply in attribute_replies(present, sent)}
     for message in messages:
         node = message.metadata.dst_node_id

@@ -85,6 +85,7 @@ from privacy.client_level import (
     add_gaussian_noise,
     update_noise_multiplier,
 )
+from strategies.message_exchange import send_and_receive
 from strategies.private_fedavg import PrivateFedAvg
 from strategies.replies import attribute_replies, exchange
 
@@ -361,7 +362,10 @@ class _SampledClients(LegacyStrategy):
 
 
 class _RecordingGrid(Grid):
-    """The run's Grid, remembering each SecAgg+ stage's replies by node (and every other call passed on)."""
+    """The run's Grid, remembering each SecAgg+ stage's replies by node (and every other call passed on).
+
+    Each stage is sent by strategies/message_exchange.py: the workflow's own send_and_receive would
+    wait up to 3 s per stage on the Deployment Engine."""
 
     def __init__(self, grid: Grid) -> None:
         self.grid = grid
@@ -372,7 +376,7 @@ class _RecordingGrid(Grid):
         if not messages:
             return []
         stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS][Key.STAGE])  # before a client pops it
-        replies = attribute_replies(messages, self.grid.send_and_receive(messages, timeout=timeout))
+        replies = attribute_replies(messages, send_and_receive(self.grid, messages, timeout))
         self.stages.append((stage, {reply.metadata.src_node_id: reply for reply in replies}))
         return replies
 

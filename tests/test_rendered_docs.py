@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import render_robustness
+from scripts import render_robustness, round_breakdown
 from scripts.doc_blocks import block, replace_block
 
 
@@ -22,3 +22,7 @@ def test_a_block_is_replaced_in_place_and_a_missing_one_is_named(tmp_path: Path)
     assert block(page, "t") == "| new |\n"
     with pytest.raises(ValueError, match="other:begin"):
         block(page, "other")
+
+
+def test_consortium_round_breakdown_is_the_committed_measurement() -> None:
+    assert block(round_breakdown.DOCUMENT, round_breakdown.BLOCK) == round_breakdown.rendered()

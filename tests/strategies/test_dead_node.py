@@ -33,21 +33,32 @@ class FakeGrid:
         self.silent: set[int] = set()
         self.gone: set[int] = set()
         self.sent: list[int] = []
+        self.inbox: dict[str, Message] = {}
 
     def get_node_ids(self) -> list[int]:
         return [node for node in NODES if node not in self.gone]
 
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
-        replies = []
+    def reply_to(self, message: Message) -> Message | None:
+        node = message.metadata.dst_node_id
+        if node in self.dead:
+            return create_message_error_unavailable_res_message(message.metadata, "node_unavail")
+        return None if node in self.silent else answer(message)
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        ids = []
         for message in messages:
-            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
-            node = message.metadata.dst_node_id
-            self.sent.append(node)
-            if node in self.dead:
-                replies.append(create_message_error_unavailable_res_message(message.metadata, "node_unavail"))
-            elif node not in self.silent:
-                replies.append(answer(message))
-        return replies
+            message.metadata.__dict__["_message_id"] = message_id = uuid.uuid4().hex
+            self.sent.append(message.metadata.dst_node_id)
+            if (reply := self.reply_to(message)) is not None:
+                self.inbox[message_id] = reply
+            ids.append(message_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        return [self.inbox.pop(message_id) for message_id in message_ids if message_id in self.inbox]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        return self.pull_messages(self.push_messages(messages))
 
 
 def answer(message: Message) -> Message:
@@ -68,6 +79,7 @@ def answer(message: Message) -> Message:
 def strategy() -> PrivateFedAvg:
     s = PrivateFedAvg(RunConfig(fraction_evaluate=1.0))
     s.partition_of, s.num_partitions = dict(NODES), len(NODES)
+    s.reply_timeout = 0.2  # FakeGrid answers on push: a silent node costs this, not the hour of a real round
     return s
 
 
@@ -151,10 +163,10 @@ def test_discovery_leaves_an_unavailable_node_out_and_goes_on_after_its_patience
 
 def test_discovery_still_refuses_a_node_that_refuses_to_join() -> None:
     class Refusing(FakeGrid):
-        def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        def reply_to(self, message: Message) -> Message:
             from flwr.app import Error
 
-            return [Message(Error(4002, "other client code"), reply_to=m) for m in messages]
+            return Message(Error(4002, "other client code"), reply_to=message)
 
     with pytest.raises(RuntimeError, match="refused to join: other client code"):
         PrivateFedAvg(RunConfig()).discover(Refusing(), code="x", timeout=5)  # type: ignore[arg-type]
