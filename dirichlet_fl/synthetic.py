@@ -12,7 +12,10 @@ alpha (synthetic-alpha) sets how much the clients' labelling models differ, beta
 much their features do; as in FedProx's code the second parameter of N(., .) is a standard deviation.
 Each client holds synthetic-examples training examples and a quarter as many local test examples. The
 central test set is HELD_OUT_CLIENTS further clients drawn from a fixed seed on a stream of their own,
-so it is the same for every run and no training client ever shares their examples. Features are
+so it is the same for every run and no training client ever shares their examples. The clients share no
+labelling model (each W_k is drawn on its own), so the central accuracy on these unseen clients stays
+near chance whatever the training: the measure of learning is the federated accuracy, on each sampled
+client's own local test examples (FedProx evaluates the same way). Features are
 shaped N x 60 x 1 x 1, so every shard, batch sampler and accountant of the image data sets applies
 unchanged, with the softmax model `logreg` (dirichlet_fl.models).
 """

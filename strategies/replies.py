@@ -5,7 +5,8 @@ Unavailable" error reply carries the SuperLink's own id (1) as the sender, and n
 answers only by reply_to_message_id. A node that deregistered is no longer listed and cannot be sent
 to at all, and a node may simply not answer before the timeout. `exchange` turns all three into an
 error reply from that node (code NODE_UNAVAILABLE, one line), so the strategy records the site as
-failed for the round and goes on.
+failed for the round and goes on. A reply is matched to the message it answers (its reply_to id), not
+only to its sender: a SuperNode serving virtual clients gets several messages in one round.
 """
 
 from __future__ import annotations

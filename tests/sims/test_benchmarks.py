@@ -211,3 +211,31 @@ def test_linkstate_sweep_is_timed_on_flowers_own_state() -> None:
     from sims.bench_scale import sweep_seconds
 
     assert sweep_seconds(50, 5, repeats=1) > 0.0
+
+
+def test_scale_with_virtual_clients_asks_for_the_population_on_a_few_supernodes() -> None:
+    import argparse
+
+    from sims.bench_scale import population_overrides
+
+    args = argparse.Namespace(dataset="synthetic", data_root="unused", rounds=3, local_steps=20, batch_size=8,
+                              sampled=10, num_supernodes=4, run_config="")
+    overrides = population_overrides(args, 100_000)
+    assert overrides["num-clients"] == 100_000 and overrides["fraction-train"] == 1e-4
+    assert (overrides["dataset"], overrides["model"]) == ("synthetic", "logreg") and "data-root" not in overrides
+    assert population_overrides(argparse.Namespace(**{**vars(args), "num_supernodes": 0}), 100)["num-clients"] == 0
+
+
+def test_scale_checks_budgets_and_that_the_ledger_files_are_the_trained_clients(tmp_path: Path) -> None:
+    from sims.bench_scale import ledger_check
+
+    (tmp_path / "ledgers").mkdir()
+    for client in (4, 9):
+        (tmp_path / "ledgers" / f"partition-{client}.json").write_text("{}")
+    clients = [{"id": 4, "epsilon": 0.5, "target_epsilon": 1.0}, {"id": 9, "epsilon": 1.5, "target_epsilon": 1.0}]
+    (tmp_path / "summary.json").write_text(json.dumps({"clients": clients, "max_epsilon": 1.5}))
+    (tmp_path / "ledger.csv").write_text("round,client,status\n1,4,trained\n1,9,trained\n2,9,spent\n")
+    check = ledger_check(tmp_path)
+    assert check["clients_over_budget"] == [9] and check["ledgers_match_trained"] and check["trained_clients"] == 2
+    (tmp_path / "ledgers" / "partition-5.json").write_text("{}")
+    assert not ledger_check(tmp_path)["ledgers_match_trained"]
