@@ -12,12 +12,14 @@ import statistics
 from pathlib import Path
 
 import pytest
+from flwr.app import ArrayRecord, ConfigRecord
 
 from cli import bench
 from cli.main import OneLineErrorParser
 from dirichlet_fl.config import RunConfig
 from sims import accuracy_vs_epsilon
 from strategies.private_fedavg import PrivateFedAvg, seeded_sample
+from tests.helpers import set_task_identity
 
 pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
 
@@ -176,11 +178,14 @@ def test_invalid_options_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Cap
 def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
     strategy = PrivateFedAvg(RunConfig(seed=7, fraction_train=fraction, fraction_evaluate=1.0))
     strategy.partition_of = {1000 - p: p for p in range(10)}  # node ids in the reverse order of partitions
+    strategy.num_partitions = 10
+    strategy.skip({4})
+    set_task_identity()  # Flower's messages need a run
     eligible = [p for p in range(10) if p != 4]
     for server_round in (1, 2, 5):
-        nodes = strategy._sample(server_round, fraction, [1000 - p for p in eligible], "train")
+        messages = strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid=None)  # type: ignore[arg-type]
         assert seeded_sample((7, "train", server_round), eligible, 10, fraction) == [
-            strategy.partition_of[n] for n in nodes]
+            strategy.partition_of[m.metadata.dst_node_id] for m in messages]
 
 
 def test_finite_makes_strict_json() -> None:
