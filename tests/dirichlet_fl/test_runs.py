@@ -182,7 +182,7 @@ def test_a_hundred_thousand_clients_keep_ledgers_for_the_sampled_only_and_list_t
     assert sorted(writer.clients) == [3, 7, 99_999]  # ledgers of the clients heard of, not of the population
     checkpoint = torch.load(writer.directory / "checkpoint.pt", weights_only=False)
     assert sorted(checkpoint["clients"]) == ["3", "7", "99999"]
-    summary = writer.finish(0.5, 1.0, assumptions_hold=True)
+    summary = writer.finish({"accuracy": 0.5, "loss": 1.0}, assumptions_hold=True)
     stored = json.loads((writer.directory / "summary.json").read_text())
     assert 100_000 > CLIENTS_IN_SUMMARY and "clients" not in stored and stored["clients_file"] == CLIENTS_FILE
     assert stored["num_clients"] == 100_000 and stored["clients_listed"] == 3 and stored["max_epsilon"] == 0.5
