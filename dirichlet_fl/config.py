@@ -346,7 +346,8 @@ class RunConfig:
             raise ValueError(f"model={self.model!r} with dataset='synthetic': its 60 features are no image; use "
                              "model='logreg' (softmax regression)")
         if self.augment == "on":
-            raise ValueError("augment='on' with dataset='synthetic': crops and flips apply to images; set augment='auto'")
+            raise ValueError("augment='on' with dataset='synthetic': crops and flips apply to images; set "
+                             "augment='auto'")
         if self.audit:
             raise ValueError("audit=true with dataset='synthetic': the audit needs a stored split of members and "
                              "non-members; set audit=false")

@@ -5,9 +5,9 @@ flattened input, FedProx's model for its Synthetic data (dataset = "synthetic", 
 `lenet` a two-layer 5x5 CNN without normalisation that fits under the Dirichlet loss with plain SGD where
 `cnn` collapses (the audit experiment's default); `resnet9` follows Klause et al. (2022) as used by Hölzl
 et al. (2022) for DermaMNIST, `resnet18` is He et al.'s network with the CIFAR stem, `inception` a
-simplified Inception (Szegedy et al. 2015) for MNIST-sized images. GroupNorm (the deeper models' default) and no
-normalisation (`lenet`'s default, or `norm="none"`) keep each example's forward pass independent of the
-rest of its batch (which per-example privacy accounting and DP-SGD need); BatchNorm is available only
+simplified Inception (Szegedy et al. 2015) for MNIST-sized images. GroupNorm (the deeper models' default)
+and no normalisation (`lenet`'s default, or `norm="none"`) keep each example's forward pass independent of
+the rest of its batch (which per-example privacy accounting and DP-SGD need); BatchNorm is available only
 by explicit opt-in (`norm="batch"`), as in the paper's own runs.
 """
 

@@ -46,7 +46,8 @@ def rendered(result: Path = RESULT) -> str:
         *(_row(row) for row in report["populations"]), "",
     ]
     for key, target in report["targets"].items():
-        lines.append(f"- {key.replace('_', ' ')}: target {target['target']}: **{'met' if target['met'] else 'missed'}**")
+        verdict = "met" if target["met"] else "missed"
+        lines.append(f"- {key.replace('_', ' ')}: target {target['target']}: **{verdict}**")
     return "\n".join(lines) + "\n"
 
 

@@ -183,7 +183,8 @@ def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
     set_task_identity()  # Flower's messages need a run
     eligible = [p for p in range(10) if p != 4]
     for server_round in (1, 2, 5):
-        messages = strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid=None)  # type: ignore[arg-type]
+        messages = strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(),
+                                            grid=None)  # type: ignore[arg-type]
         assert seeded_sample((7, "train", server_round), eligible, 10, fraction) == [
             strategy.partition_of[m.metadata.dst_node_id] for m in messages]
 

@@ -120,8 +120,8 @@ def test_evaluation_is_averaged_over_the_named_clients() -> None:
 def test_a_node_with_other_client_code_stops_the_run() -> None:
     s = virtual()
     with pytest.raises(RuntimeError, match="refused to join: this node loaded other client code"):
-        s.train_and_aggregate(VirtualGrid(code_mismatch=True), 1, ArrayRecord({"w": torch.zeros(3)}),  # type: ignore[arg-type]
-                              train(s))
+        grid = VirtualGrid(code_mismatch=True)
+        s.train_and_aggregate(grid, 1, ArrayRecord({"w": torch.zeros(3)}), train(s))  # type: ignore[arg-type]
 
 
 def test_state_and_sampling_stay_compact_at_a_hundred_thousand_clients() -> None:
