@@ -10,6 +10,8 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
+
 from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.simulation import simulate
