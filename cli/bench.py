@@ -83,6 +83,12 @@ def _scale_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-worker-niceness", type=int, default=0, help="niceness of Ray's workers (default 0)")
     parser.add_argument("--profile-linkstate", action="store_true",
                         help="also time one sweep of Flower's simulation message extractor per population")
+    parser.add_argument("--num-supernodes", type=int, default=0,
+                        help="virtual clients: this many SuperNodes serve every population (default 0: one per client)")
+    parser.add_argument("--dataset", default="mnist-idx", choices=("mnist-idx", "synthetic"),
+                        help="mnist-idx (at most 2000 clients) or synthetic (generated per client, model logreg)")
+    parser.add_argument("--flwr-run", action="store_true",
+                        help="run each population through `flwr run` with a local SuperLink of its own")
     parser.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'", help="further run-config overrides")
 
 

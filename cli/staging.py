@@ -8,12 +8,12 @@ calls the latter as `python -m cli.staging APP_DIR DESTINATION`.
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cli.processes import DeploymentError
+from dirichlet_fl.paths import stage_app
 
 ConfigValue = str | int | float | bool
 """A node-config or run-config value: the scalar types Flower accepts in ``key=value`` pairs."""
@@ -41,22 +41,6 @@ def render_value(value: ConfigValue) -> str:
 
 def _bad(value: object) -> str:
     raise DeploymentError(f"config value cannot be passed as key=value: {value!r}")
-
-
-STAGE_IGNORED = (".git", ".venv", ".flwr", "results", "data", "tests", "__pycache__", "*.pyc", "*.egg-info")
-"""What a staged app leaves out: environments, outputs, data and tests (Flower's bundle drops tests too)."""
-
-
-def stage_app(app_dir: Path, destination: Path) -> Path:
-    """A fresh snapshot of the app in `destination`, to submit with `flwr run` instead of the checkout.
-
-    Flower 1.42 migrates pyproject.toml's [tool.flwr.federations] section into its own config and
-    rewrites the submitted folder's pyproject.toml; submitting a snapshot keeps the checkout untouched,
-    and the run uses exactly the code that was staged."""
-    if destination.exists():
-        shutil.rmtree(destination)
-    shutil.copytree(app_dir, destination, ignore=shutil.ignore_patterns(*STAGE_IGNORED))
-    return destination
 
 
 def render_config(config: Mapping[str, ConfigValue]) -> str:

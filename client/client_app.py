@@ -15,6 +15,11 @@ replaces by the steps it actually composed (client/progress.py): never an under-
 round composed twice. A request the site refuses writes nothing. An Error reply carries the ledger
 summary in its reason (dirichlet_fl.protocol.error_reason).
 
+A message that names a client (CLIENT_ID_KEY: num-clients, simulation only) is for that virtual client:
+the node serves its shard and its ledger file (`partition-<client id>.json`), never its own partition's,
+and keeps nothing of it in context.state (several of its messages may run at once, on other actors).
+Such a message carries the server's client-code fingerprint, which the node checks first.
+
 On a SuperNode the node config is the site's policy (client/site.py): its budget, delta and
 mechanisms, a lifetime ledger keyed by the fingerprint of its data, noise keyed by a secret that
 never leaves the node and a nonce it draws per run, files private to the site, failure reasons
@@ -27,9 +32,9 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -50,6 +55,9 @@ from client.site import (
 )
 from dirichlet_fl.config import RunConfig, parse_run_config
 from dirichlet_fl.protocol import (
+    CLIENT_ID_KEY,
+    CODE_KEY,
+    CODE_MISMATCH,
     POLICY_REFUSED,
     RUN_DIR_KEY,
     SETUP_FAILED,
@@ -71,13 +79,42 @@ app = ClientApp(mods=[aggregation_mod])
 """aggregation_mod: SecAgg+ and client-level clipping when the run asks for them (client/secure.py)."""
 
 
-def _site(context: Context) -> tuple[SitePolicy, bool]:
-    """The node's policy, and whether it is a site's (a SuperNode's); a site's files are made private."""
+def _site(context: Context, msg: Message, config: RunConfig) -> tuple[SitePolicy, bool]:
+    """The node's policy, and whether it is a site's (a SuperNode's); a site's files are made private. For a
+    message naming a virtual client, the policy is that client's: its partition of num-clients."""
     deployment = on_deployment_engine()
     policy = SitePolicy.from_node_config(context.node_config, deployment)
     if deployment:
         protect_site_files(policy)
-    return policy, deployment
+    client = virtual_client(msg)
+    if client is None:
+        return policy, deployment
+    if deployment:
+        raise ValueError("the message names a virtual client, but num-clients is for simulation only: on the "
+                         "Deployment Engine each SuperNode is one site with its own data; set num-clients=0")
+    if not 0 <= client < config.num_clients:
+        raise ValueError(f"client-id={client} is out of range: it must lie in [0, num-clients={config.num_clients})")
+    return replace(policy, partition_id=client, num_partitions=config.num_clients), deployment
+
+
+def virtual_client(msg: Message) -> int | None:
+    """The virtual client a message is for (CLIENT_ID_KEY in its config), or None: the node's own partition."""
+    config = msg.content.config_records.get("config")
+    return None if config is None or CLIENT_ID_KEY not in config else int(cast(int, config[CLIENT_ID_KEY]))
+
+
+def code_refusal(msg: Message) -> Message | None:
+    """A CODE_MISMATCH reply when the message carries the server's client code and this process loaded other
+    code (a stale checkout shadowing the submitted app), so that a run never trains with code nobody submitted."""
+    config = msg.content.config_records.get("config")
+    if config is None or CODE_KEY not in config or str(config[CODE_KEY]) == code_fingerprint(APP_DIR):
+        return None
+    reason = (
+        f"this node loaded the client code in {APP_DIR}, which differs from the submitted app's: "
+        "a checkout on the worker's path shadows the bundle; start the SuperLink from a folder that holds "
+        "no copy of this project (scripts/run.sh does)"
+    )
+    return _failure(msg, CODE_MISMATCH, reason, None, on_deployment_engine())
 
 
 def _run_nonce(context: Context, node_ledger_nonce: str | None) -> str:
@@ -178,9 +215,11 @@ def train(msg: Message, context: Context) -> Message:
 
     Every failure becomes one sanitized line in an Error reply (never a traceback)."""
     policy, site = None, on_deployment_engine()
+    if (refused := code_refusal(msg)) is not None:
+        return refused
     try:
         config = parse_run_config(context.run_config)
-        policy, site = _site(context)
+        policy, site = _site(context, msg, config)
         client = site_client(policy, config)
         refusal = policy.refusal(config, config.target_epsilon_for(policy.partition_id, policy.num_partitions))
         if refusal is not None:  # before anything is opened: a refused request writes nothing
@@ -189,6 +228,10 @@ def train(msg: Message, context: Context) -> Message:
         server_round = int(number(msg.content, "config", "server-round"))
         run_file = None if node.lifetime_ledger is not None else run_state_file(msg, client.partition_id)
         durable = _Durable(node, run_file, nonce, server_round)
+        virtual = virtual_client(msg) is not None
+        if virtual and durable.run_file is None:
+            raise ValueError(f"client {client.partition_id}: a virtual client keeps its ledger in the run folder, "
+                             f"but the message names none ({RUN_DIR_KEY})")
         saved = durable.saved(context)
         weights = arrays_of(msg.content).to_torch_state_dict()
     except ValueError as error:  # a bad node config, data file or ledger file: named, never reset
@@ -202,7 +245,8 @@ def train(msg: Message, context: Context) -> Message:
         return _failure(msg, TRAINING_FAILED, error_reason(text, None), policy, site)
     if outcome.mechanism is not None:  # saved before replying, error or not: the ledger must survive
         state = outcome.mechanism.state_dict()
-        context.state[STATE_KEY] = ConfigRecord({"mechanism": json.dumps(state)})
+        if not virtual:  # a virtual client's ledger is its file alone: the node serves other clients
+            context.state[STATE_KEY] = ConfigRecord({"mechanism": json.dumps(state)})
         try:
             durable.commit(state)
         except (OSError, ValueError) as error:  # the write-ahead record (an over-statement) stays in place
@@ -221,9 +265,11 @@ def evaluate_locally(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the received global model on this client's local test share, and its
     per-class hits and totals (which the server sums: docs/privacy.md says what they reveal)."""
     policy, site = None, on_deployment_engine()
+    if (refused := code_refusal(msg)) is not None:
+        return refused
     try:
         config = parse_run_config(context.run_config)
-        policy, site = _site(context)
+        policy, site = _site(context, msg, config)
         node = NodeResources(aggregation_weight=policy.aggregation_weight)
         weights = arrays_of(msg.content).to_torch_state_dict()
         metrics = evaluate_round(config, site_client(policy, config), weights, node)
@@ -240,15 +286,8 @@ def describe(msg: Message, context: Context) -> Message:
     the submitted app), so that a run never silently trains with code nobody submitted, and when the
     node config is not a valid site policy (e.g. a SuperNode without `secret-dir`)."""
     site = on_deployment_engine()
-    expected = str(msg.content.config_records["config"]["code"])
-    loaded = code_fingerprint(APP_DIR)
-    if loaded != expected:
-        reason = (
-            f"this node loaded the client code in {APP_DIR}, which differs from the submitted app's: "
-            "a checkout on the worker's path shadows the bundle; start the SuperLink from a folder that holds "
-            "no copy of this project (scripts/run.sh does)"
-        )
-        return _failure(msg, SETUP_FAILED, reason, None, site)
+    if (refused := code_refusal(msg)) is not None:
+        return refused
     try:
         policy = SitePolicy.from_node_config(context.node_config, site)
     except ValueError as error:

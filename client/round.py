@@ -21,7 +21,7 @@ from client.setup import client_generator, client_learning_rate
 from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.augmentation import augmentation
 from dirichlet_fl.client_plan import mechanism_spec
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import SYNTHETIC, RunConfig
 from dirichlet_fl.data import dataset_num_classes
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.image_data import ImageData
@@ -37,7 +37,14 @@ from dirichlet_fl.protocol import (
     one_line,
 )
 from dirichlet_fl.run_model import build_run_model
-from dirichlet_fl.split import ClientShard, cached_client_shard, client_shard, federated_split, site_shard
+from dirichlet_fl.split import (
+    ClientShard,
+    cached_client_shard,
+    client_shard,
+    federated_split,
+    site_shard,
+    synthetic_client,
+)
 from privacy.csprng import SecureRandom
 from privacy.lifetime import LifetimeBudgetSpent, calibrate_within_lifetime
 from privacy.mechanisms import Mechanism
@@ -99,6 +106,8 @@ def client_data(config: RunConfig, client: Client) -> tuple[ClientShard, ImageDa
     if client.data_file:
         return site_shard(client.data_file, dataset_num_classes(config.data.dataset), device)
     spec = config.split_spec(client.num_partitions)
+    if spec.dataset == SYNTHETIC:  # generated from (seed, client id): nothing to cache, no split to build
+        return client_shard(spec, client.partition_id, device), synthetic_client(spec, client.partition_id)
     if client.cache_dir:
         return cached_client_shard(spec, client.partition_id, device, Path(client.cache_dir))
     return client_shard(spec, client.partition_id, device), federated_split(spec).data

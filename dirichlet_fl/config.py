@@ -49,6 +49,10 @@ MAX_LOCAL_STEPS = 1_000_000
 per client per round at the default model's 2 ms step (BENCHMARKS.md); a larger value is a typo."""
 SEED_LIMIT = 2**32
 """seed must lie in [0, 2**32): the range numpy's and flwr-datasets' shuffling seeds accept."""
+MAX_CLIENTS = 10_000_000
+"""num-clients must be at most this: a hundred times the largest population measured (BENCHMARKS.md)."""
+SYNTHETIC = "synthetic"
+"""dataset = "synthetic": every client's examples generated from (seed, client id) (dirichlet_fl.synthetic)."""
 
 
 def setting(key: str, default: Any) -> Any:
@@ -78,6 +82,8 @@ class SplitSpec:
     num_clients: int
     validation_fraction: float = 0.0
     data_path: str = ""
+    synthetic: tuple[float, float, int] = (1.0, 1.0, 100)
+    """dataset = "synthetic": synthetic-alpha, synthetic-beta, synthetic-examples."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +99,13 @@ class DataConfig:
     beta: float = setting("beta", 0.5)
     classes_per_client: int = setting("classes-per-client", 2)
     site_file: str = setting("site-file", "")
+    synthetic_alpha: float = setting("synthetic-alpha", 1.0)
+    synthetic_beta: float = setting("synthetic-beta", 1.0)
+    synthetic_examples: int = setting("synthetic-examples", 100)
 
     def validate(self) -> None:
         check_in_interval("validation-fraction", self.validation_fraction, 0.0, 0.5)
+        self._validate_synthetic()
         if (self.dataset == "npz") != bool(self.path):
             raise ValueError(
                 f"data-path={self.path!r} with dataset={self.dataset!r}: dataset='npz' needs data-path (an .npz in "
@@ -106,6 +116,20 @@ class DataConfig:
         check_integer("classes-per-client", self.classes_per_client, 1)
         if self.partitioner == "natural" and not self.site_file:
             raise ValueError("partitioner='natural' needs site-file: a CSV with columns index,site")
+
+    def _validate_synthetic(self) -> None:
+        """The non-IID knobs of dataset = "synthetic" (model and feature heterogeneity) and its shard size."""
+        for key, value in (("synthetic-alpha", self.synthetic_alpha), ("synthetic-beta", self.synthetic_beta)):
+            if not 0 <= value <= 100:
+                raise ValueError(f"{key}={value!r} is out of range: it must lie in [0, 100] (larger: clients differ "
+                                 "more; 1: FedProx's Synthetic(1,1))")
+        check_integer("synthetic-examples", self.synthetic_examples, 2)
+        if self.synthetic_examples > 1_000_000:
+            raise ValueError(f"synthetic-examples={self.synthetic_examples} is out of range: at most 1,000,000 "
+                             "training examples per client")
+        if self.dataset == SYNTHETIC and self.validation_fraction > 0:
+            raise ValueError("validation-fraction applies to stored data sets, not dataset='synthetic' (its held-out "
+                             "test clients are generated apart from every training client); set it to 0")
 
 
 @dataclass(frozen=True)
@@ -202,6 +226,7 @@ class RunConfig:
     fraction_train: float = setting("fraction-train", 1.0)
     fraction_evaluate: float = setting("fraction-evaluate", 1.0)
     seed: int = setting("seed", 0)
+    num_clients: int = setting("num-clients", 0)
     model: str = setting("model", "cnn")
     norm: str = setting("norm", "default")
     allow_batch_norm: bool = setting("allow-batch-norm", False)
@@ -266,6 +291,7 @@ class RunConfig:
         if isinstance(self.seed, bool) or not 0 <= self.seed < SEED_LIMIT:
             raise ValueError(f"seed={self.seed!r} is out of range: it must be an integer in [0, 2**32) (the range "
                              "numpy's and flwr-datasets' shuffling seeds accept)")
+        self._validate_population()
         self.data.validate()
         self._validate_model()
         self._validate_privacy()
@@ -286,9 +312,22 @@ class RunConfig:
             )
         self.client_level.validate()
 
+    def _validate_population(self) -> None:
+        """num-clients: 0 (one client per SuperNode) or the simulated population the SuperNodes serve."""
+        check_integer("num-clients", self.num_clients, 0)
+        if self.num_clients > MAX_CLIENTS:
+            raise ValueError(f"num-clients={self.num_clients} is out of range: at most {MAX_CLIENTS:,} (0: one "
+                             "client per SuperNode)")
+        if self.num_clients and self.secagg.mode != "none":
+            raise ValueError(f"num-clients={self.num_clients} with secure-aggregation={self.secagg.mode!r} is not "
+                             "supported: Flower's SecAgg+ workflow addresses SuperNodes, not the clients they serve; "
+                             "set num-clients=0 (one client per SuperNode) or secure-aggregation='none'")
+
     def _validate_model(self) -> None:
         check_choice("model", self.model, MODELS)
         check_choice("augment", self.augment, AUGMENT_CHOICES)
+        if self.data.dataset == SYNTHETIC:
+            self._validate_synthetic_model()
         if self.norm != "default":
             check_norm(self.norm)
             if self.norm == "batch":
@@ -299,6 +338,22 @@ class RunConfig:
                 "allow-batch-norm=true is invalid with mechanism='dpsgd': Opacus needs per-example gradients, "
                 "which BatchNorm does not have, so no client could train; set allow-batch-norm=false"
             )
+
+    def _validate_synthetic_model(self) -> None:
+        """dataset = "synthetic" holds 60 features, not images: the softmax model, no image augmentation,
+        and more examples per client than a batch (q = batch-size / examples < 1)."""
+        if self.model != "logreg":
+            raise ValueError(f"model={self.model!r} with dataset='synthetic': its 60 features are no image; use "
+                             "model='logreg' (softmax regression)")
+        if self.augment == "on":
+            raise ValueError("augment='on' with dataset='synthetic': crops and flips apply to images; set "
+                             "augment='auto'")
+        if self.audit:
+            raise ValueError("audit=true with dataset='synthetic': the audit needs a stored split of members and "
+                             "non-members; set audit=false")
+        if self.data.synthetic_examples <= self.batch_size:
+            raise ValueError(f"synthetic-examples={self.data.synthetic_examples} must exceed batch-size="
+                             f"{self.batch_size} (a client's sampling rate batch-size/examples must be < 1)")
 
     def _validate_privacy(self) -> None:
         check_choice("mechanism", self.mechanism, MECHANISMS)
@@ -380,6 +435,7 @@ class RunConfig:
             num_clients=num_clients,
             validation_fraction=self.data.validation_fraction,
             data_path=self.data.path,
+            synthetic=(self.data.synthetic_alpha, self.data.synthetic_beta, self.data.synthetic_examples),
         )
 
     def local_steps_per_round(self, sample_rate: float) -> int:

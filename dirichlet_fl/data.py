@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dirichlet_fl.config import SYNTHETIC
 from dirichlet_fl.image_data import ImageData, Split, to_image_data
 from dirichlet_fl.site_file import check_labels, read_npz_splits
 
@@ -59,7 +60,7 @@ def dataset_names() -> tuple[str, ...]:
     import medmnist
 
     medmnist_sets = (flag for flag in medmnist_2d() if medmnist.INFO[flag]["task"] in MEDMNIST_TASKS)
-    return (*BUILTIN_DATASETS, NPZ, *medmnist_sets)
+    return (*BUILTIN_DATASETS, NPZ, SYNTHETIC, *medmnist_sets)
 
 
 def load_dataset(
@@ -77,6 +78,9 @@ def load_dataset(
     root = Path(data_root).expanduser() if data_root is not None else DEFAULT_DATA_ROOT
     if key == NPZ:
         return _load_npz(data_path, download, size)
+    if key == SYNTHETIC:
+        raise ValueError("dataset='synthetic' is generated one client at a time (dirichlet_fl.synthetic): it has no "
+                         "whole data set to load")
     if key not in BUILTIN_DATASETS:
         if key in medmnist_2d():
             return _load_medmnist(key, root, download, size)
@@ -352,7 +356,7 @@ def dataset_num_classes(name: str) -> int:
     if key == NPZ:
         raise ValueError("dataset='npz' takes its classes from the coordinator's data-path file, which a site does "
                          "not hold: with sites' own data files, name the run's data set (e.g. dataset='dermamnist')")
-    if key in BUILTIN_DATASETS:
+    if key in BUILTIN_DATASETS or key == SYNTHETIC:
         return 10  # digits, MNIST (IDX and torchvision), Fashion-MNIST, CIFAR10 and SVHN all have ten
     if key not in medmnist_2d():
         raise ValueError(f"dataset={name!r} is unknown; valid names: {', '.join(dataset_names())}")

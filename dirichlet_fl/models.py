@@ -1,12 +1,13 @@
 """The paper's image classifiers, returning logits; GroupNorm or no normalisation by default.
 
-`cnn` is a small default for CPU runs, `lenet` a two-layer 5x5 CNN without normalisation that fits
-under the Dirichlet loss with plain SGD where `cnn` collapses (the audit experiment's default);
-`resnet9` follows Klause et al. (2022) as used by Hölzl et al. (2022) for DermaMNIST, `resnet18` is
-He et al.'s network with the CIFAR stem, `inception` a simplified Inception (Szegedy et al. 2015) for
-MNIST-sized images. GroupNorm (the deeper models' default) and no
-normalisation (`lenet`'s default, or `norm="none"`) keep each example's forward pass independent of the
-rest of its batch (which per-example privacy accounting and DP-SGD need); BatchNorm is available only
+`cnn` is a small default for CPU runs, `logreg` a softmax (multinomial logistic) regression on the
+flattened input, FedProx's model for its Synthetic data (dataset = "synthetic", 60 features as 60 x 1 x 1),
+`lenet` a two-layer 5x5 CNN without normalisation that fits under the Dirichlet loss with plain SGD where
+`cnn` collapses (the audit experiment's default); `resnet9` follows Klause et al. (2022) as used by Hölzl
+et al. (2022) for DermaMNIST, `resnet18` is He et al.'s network with the CIFAR stem, `inception` a
+simplified Inception (Szegedy et al. 2015) for MNIST-sized images. GroupNorm (the deeper models' default)
+and no normalisation (`lenet`'s default, or `norm="none"`) keep each example's forward pass independent of
+the rest of its batch (which per-example privacy accounting and DP-SGD need); BatchNorm is available only
 by explicit opt-in (`norm="batch"`), as in the paper's own runs.
 """
 
@@ -219,6 +220,15 @@ class SimpleInception(nn.Module):
         return self.head(self.features(x))
 
 
+class SoftmaxRegression(nn.Sequential):
+    """[Norm over the input channels,] flatten, linear: multinomial logistic regression (FedProx's model for
+    Synthetic(alpha, beta)). By default without a norm, so every example's output depends on its input only."""
+
+    def __init__(self, in_channels: int, num_classes: int, norm: str, image_size: int) -> None:
+        super().__init__(norm_layer(norm, in_channels), nn.Flatten(),
+                         nn.Linear(in_channels * image_size * image_size, num_classes))
+
+
 @dataclass(frozen=True)
 class ModelEntry:
     """How to build a model, and the normalisation it uses unless told otherwise."""
@@ -226,6 +236,8 @@ class ModelEntry:
     build: Callable[[int, int, str, int], nn.Module]
     """(in_channels, num_classes, norm, image_size) -> the model."""
     default_norm: str
+    min_image_size: int = 8
+    """The smallest input side it takes (the image networks pool; logreg takes 1 x 1 feature vectors)."""
 
 
 MODEL_REGISTRY: dict[str, ModelEntry] = {
@@ -234,6 +246,7 @@ MODEL_REGISTRY: dict[str, ModelEntry] = {
     "resnet9": ModelEntry(lambda channels, classes, norm, _: ResNet9(channels, classes, norm), "group"),
     "resnet18": ModelEntry(lambda channels, classes, norm, _: ResNet18(channels, classes, norm), "group"),
     "inception": ModelEntry(lambda channels, classes, norm, _: SimpleInception(channels, classes, norm), "group"),
+    "logreg": ModelEntry(SoftmaxRegression, "none", 1),
 }
 MODELS = tuple(MODEL_REGISTRY)
 
@@ -253,6 +266,7 @@ def build_model(
     norm = check_norm(entry.default_norm if norm is None else norm)
     if in_channels < 1 or num_classes < 2:
         raise ValueError(f"in_channels={in_channels} must be >= 1 and num_classes={num_classes} >= 2")
-    if image_size < 8:
-        raise ValueError(f"image_size={image_size} must be >= 8 (the smallest supported images are 8x8 digits)")
+    if image_size < entry.min_image_size:
+        raise ValueError(f"image_size={image_size} must be >= {entry.min_image_size} for model={name!r} (the smallest "
+                         "supported images are 8x8 digits; dataset='synthetic' takes model='logreg')")
     return entry.build(in_channels, num_classes, norm, image_size)

@@ -26,7 +26,7 @@ import tomli
 from flwr.common.config import flatten_dict, get_fused_config_from_dir, get_project_config, parse_config_args
 
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
-from dirichlet_fl.config import MAX_LOCAL_STEPS, RunConfig, clients_per_round
+from dirichlet_fl.config import MAX_LOCAL_STEPS, SYNTHETIC, RunConfig, clients_per_round
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.run_reader import check_resumable, read_checkpoint, read_json
 from dirichlet_fl.split import FederatedSplit, federated_split
@@ -83,6 +83,7 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
     if num_clients < 1:
         raise ValueError(f"num-supernodes={num_clients} (NUM_CLIENTS) is out of range: a federation needs at least "
                          "1 client")
+    num_clients = config.num_clients or num_clients  # virtual clients: the population, not the SuperNodes
     config.target_epsilon_for(0, num_clients)  # client-epsilons: one entry per client
     client_level = config.client_level
     if client_level.mode == "adaptive":  # sigma_b from the first round's sample, as the strategy will
@@ -92,15 +93,14 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
     _check_writable(Path(config.results_dir))
     if config.resume_from:
         _check_resume(config, num_clients)
-    split = _split(config, num_clients)
-    sizes = [len(part) for part in split.train_parts]
-    trainers = _trainers(config, split)
+    sizes, trainers = _shards(config, num_clients)
     floors = {client: _check_budget(config, client, sizes[client], num_clients) for client in trainers}
-    out = num_clients - len(trainers)
+    out = len(sizes) - len(trainers)
     sitting_out = f"; {out} hold <= batch-size examples and sit out" if out else ""
     lines_out = [
         f"run config: {config.mechanism}, {config.data.dataset}, {config.num_server_rounds} rounds, device {device}",
-        f"data: {num_clients} shards of {min(sizes)}..{max(sizes)} training examples (batch-size {config.batch_size})"
+        f"data: {num_clients} shards of {min(sizes.values())}..{max(sizes.values())} training examples (batch-size "
+        f"{config.batch_size})"
         + sitting_out,
         f"results: {Path(config.results_dir).resolve()} is writable"
         + (f"; resuming {config.resume_from}" if config.resume_from else ""),
@@ -128,6 +128,18 @@ def _check_resume(config: RunConfig, num_clients: int) -> None:
     check_resumable(original, config)
     if stored_clients != num_clients:
         raise ValueError(f"resume-from={config.resume_from!r}: the run had {stored_clients} clients, not {num_clients}")
+
+
+def _shards(config: RunConfig, num_clients: int) -> tuple[dict[int, int], list[int]]:
+    """Each checked client's training examples, and the clients whose budget to check. dataset = "synthetic"
+    gives every client the same shard: only the client with the smallest target is checked (its floor is
+    every client's), so a population of 100,000 costs one check."""
+    if config.data.dataset == SYNTHETIC:
+        worst = min(range(num_clients), key=lambda client: config.target_epsilon_for(client, num_clients)) \
+            if config.client_epsilons.strip() else 0
+        return {worst: config.data.synthetic_examples}, [worst]
+    split = _split(config, num_clients)
+    return dict(enumerate(len(part) for part in split.train_parts)), _trainers(config, split)
 
 
 def _split(config: RunConfig, num_clients: int) -> FederatedSplit:

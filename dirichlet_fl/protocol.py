@@ -27,6 +27,9 @@ TRAINING_FAILED = 4003
 """Training failed midway; the client's ledger still holds every step that ran."""
 POLICY_REFUSED = 4004
 """A refusal: the run config asks for more than the site's node config allows (client/site.py)."""
+CODE_MISMATCH = 4005
+"""The client loaded other client code than the server's (a stale copy shadowing the submitted app): the
+server stops the run, as the discovery query's refusal does."""
 REFUSALS = (BUDGET_EXHAUSTED, POLICY_REFUSED)
 """Codes after which the server stops sampling the client: it will refuse again."""
 
@@ -44,6 +47,13 @@ test examples there are (lists of ints, dirichlet_fl.metrics.ClassCounts); the s
 
 RUN_DIR_KEY = "run-dir"
 """The train message's config key holding the run folder (where simulated clients keep their ledgers)."""
+
+CLIENT_ID_KEY = "client-id"
+"""Train and evaluate config key (num-clients, simulation only): the virtual client this message is for;
+the SuperNode that receives it loads that client's shard and ledger instead of its own partition's."""
+CODE_KEY = "code"
+"""Config key of the server's client-code fingerprint (code_fingerprint): in the discovery query, and in
+every message to a virtual client."""
 
 SUMMARY_MARK = " ledger="
 """Separates an error reason's one human line from the client's accountant summary (a JSON object)."""

@@ -137,11 +137,28 @@ def load_run(run_dir: str | Path) -> FinishedRun:
         directory=directory,
         config=config,
         num_clients=num_clients,
-        summary=_interrupted_summary(directory, config) if interrupted else read_json(directory / "summary.json"),
+        summary=_interrupted_summary(directory, config) if interrupted else read_summary(directory),
         model=model,
         data=split.data,
         train_parts=split.train_parts,
     )
+
+
+def read_summary(directory: Path) -> dict[str, Any]:
+    """summary.json, with its per-client list read back from clients.csv when the run wrote it there (more
+    than run_writer.CLIENTS_IN_SUMMARY clients)."""
+    summary = read_json(directory / "summary.json")
+    if "clients" not in summary and "clients_file" in summary:
+        summary["clients"] = [_client_entry(row) for row in read_rows(directory / str(summary["clients_file"]))]
+    return summary
+
+
+def _client_entry(row: dict[str, str]) -> dict[str, Any]:
+    """One clients.csv row as summary.json would hold it: counts as ints, the rest floats, an empty cell None
+    (a noise parameter the client's mechanism does not have is left out, as summary.json leaves it out)."""
+    counts = ("id", "steps", "refused_rounds", "failed_rounds")
+    return {key: None if value == "" else int(value) if key in counts else float(value)
+            for key, value in row.items() if value != "" or key not in ("r", "noise_multiplier")}
 
 
 def _interrupted_summary(directory: Path, config: RunConfig) -> dict[str, Any]:

@@ -10,7 +10,10 @@ weights of the last complete round), checkpoint.pt (everything a resumed run nee
 weights, the strategy's state and every client's standing), ledgers/ (each simulated client's run
 state file, client/run_state_file.py), curves.png (accuracy, loss and every
 client's eps against its target, redrawn after every round; dirichlet_fl.plots) and summary.json
-(written at the end, with the run's `status`: completed, stopped-no-client-can-train or failed).
+(written at the end, with the run's `status`: completed, stopped-no-client-can-train or failed; above
+CLIENTS_IN_SUMMARY clients its per-client list goes to clients.csv instead, one row per client that was
+ever sampled or skipped). The writer holds a standing only for clients that were sampled or skipped (a
+100,000-client run that trains 10 a round holds tens), never one per client of the population.
 After every round the weights are written first, then the rows, then the checkpoint, each atomically
 (dirichlet_fl.files), so a run killed at any point leaves a consistent record of every round it
 completed, and a resumed run (RunWriter.resume) cuts any rows past its checkpoint and appends from there.
@@ -77,6 +80,13 @@ LEDGER_COLUMNS = [
     "reason",
 ]
 
+
+CLIENTS_IN_SUMMARY = 1000
+"""Up to this many clients summary.json lists every client; above, clients.csv lists those with a standing."""
+CLIENTS_FILE = "clients.csv"
+CLIENT_COLUMNS = ["id", "target_epsilon", "epsilon", "delta", "steps", "sample_rate", "learning_rate", "r",
+                  "noise_multiplier", "refused_rounds", "failed_rounds", "client_level_epsilon"]
+"""clients.csv's columns: summary.json's per-client fields (r or noise_multiplier empty when not the mechanism's)."""
 
 COMPLETED = "completed"
 """Every round ran, or every client that can train has spent its budget."""
@@ -198,7 +208,9 @@ class RunWriter:
         self.columns = round_columns(num_classes)
         self.dead_streaks: dict[int, int] = {}
         """Class -> consecutive rounds up to the last one in which its central recall was 0."""
-        self.clients = {c: ClientStanding(config.target_epsilon_for(c, num_clients)) for c in range(num_clients)}
+        self.num_clients = num_clients
+        self.clients: dict[int, ClientStanding] = {}
+        """The standing of every client that was sampled or skipped (see standing())."""
         self.rounds: list[dict[str, Any]] = []
         self.noise: set[str] = set()
         self.client_level: dict[str, float] = {}
@@ -310,10 +322,17 @@ class RunWriter:
         last = int(self.rounds[-1]["round"]) if self.rounds else 0
         return lasting(self.dead_streaks, self.config.dead_class_rounds, last)
 
+    def standing(self, client: int) -> ClientStanding:
+        """The client's standing; a client never heard of gets its own, at its target, on first use."""
+        if client not in self.clients:
+            self.clients[client] = ClientStanding(self.config.target_epsilon_for(client, self.num_clients))
+        return self.clients[client]
+
     def _update_standings(self, record: RoundRecord) -> dict[int, dict[str, Any]]:
         rows = {}
-        for client, standing in self.clients.items():
-            status, reason = "", ""
+        named = set(record.trained) | set(record.refused) | set(record.failed) | record.spent | record.excluded
+        for client in sorted(named):
+            standing, status, reason = self.standing(client), "", ""
             if client in record.trained:
                 status = "trained"
                 standing.absorb(record.trained[client])
@@ -331,10 +350,8 @@ class RunWriter:
                 reason = (f"budget spent: eps {standing.epsilon:.4f} of {standing.target_epsilon:g} "
                           f"at delta={self.config.delta:g}")
                 standing.refused_rounds += 1
-            elif client in record.excluded:
-                status, reason = "excluded", "its setup failed (see its failed row); not sampled again"
             else:
-                continue  # not sampled, nothing changed: no row (summary.json lists every client)
+                status, reason = "excluded", "its setup failed (see its failed row); not sampled again"
             rows[client] = {
                 "status": status,
                 "epsilon": standing.epsilon,
@@ -351,7 +368,7 @@ class RunWriter:
     def record_skipped(self, reasons: dict[int, str]) -> None:
         """Ledger rows (round 0, status `skipped`, with the reason) for clients that sit out the whole run."""
         rows = [{"round": 0, "client": client, "status": "skipped", "epsilon": 0.0, "delta": self.config.delta,
-                 "steps": 0, "target_epsilon": self.clients[client].target_epsilon, "sample_rate": math.nan,
+                 "steps": 0, "target_epsilon": self.standing(client).target_epsilon, "sample_rate": math.nan,
                  "noise_parameter": "", "reason": reason} for client, reason in sorted(reasons.items())]
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, rows))
 
@@ -379,8 +396,9 @@ class RunWriter:
         self, final: dict[str, float], assumptions_hold: bool, status: str = COMPLETED, reason: str = ""
     ) -> dict[str, Any]:
         """Write summary.json: the run's status, the final model's metrics (`final`: as RoundRecord.central;
-        missing ones are null), rounds run, dead classes and every client's privacy position."""
-        summary = {
+        missing ones are null), rounds run, dead classes and every client's privacy position (clients.csv
+        above CLIENTS_IN_SUMMARY clients)."""
+        summary: dict[str, Any] = {
             "status": status,
             "status_reason": reason,
             "final_accuracy": json_number(final.get("accuracy", math.nan)),
@@ -402,25 +420,35 @@ class RunWriter:
             "client_dp": self.config.client_level.mode,
             "client_level": self._client_level_summary(),
             "seconds": round(time.monotonic() - self.started, 3),
-            "clients": [
-                {
-                    "id": client,
-                    "target_epsilon": standing.target_epsilon,
-                    "epsilon": json_number(standing.epsilon),
-                    "delta": self.config.delta,
-                    "steps": standing.steps,
-                    "sample_rate": json_number(standing.sample_rate),
-                    "learning_rate": json_number(standing.learning_rate),
-                    **{key.replace("-", "_"): value for key, value in standing.noise.items()},
-                    "refused_rounds": standing.refused_rounds,
-                    "failed_rounds": standing.failed_rounds,
-                    "client_level_epsilon": json_number(self.client_level.get("epsilon", math.nan)),
-                }
-                for client, standing in self.clients.items()
-            ],
+            "num_clients": self.num_clients,
         }
+        listed = range(self.num_clients) if self.num_clients <= CLIENTS_IN_SUMMARY else sorted(self.clients)
+        entries = [self._client_entry(client, self.standing(client)) for client in listed]
+        if self.num_clients <= CLIENTS_IN_SUMMARY:
+            summary["clients"] = entries
+        else:  # a readable summary at 100,000 clients: the list of those with a standing goes to clients.csv
+            rows = [{key: "" if value is None else value for key, value in entry.items()} for entry in entries]
+            write_atomically(self.directory / CLIENTS_FILE, _csv_text(CLIENT_COLUMNS, rows, header=True).encode())
+            summary |= {"clients_file": CLIENTS_FILE, "clients_listed": len(entries),
+                        "clients_not_listed": "never sampled: eps 0 of their target, no steps"}
         _write_json(self.directory / "summary.json", summary)
-        return summary
+        return summary | {"clients": entries}
+
+    def _client_entry(self, client: int, standing: ClientStanding) -> dict[str, Any]:
+        """One client's final privacy position, as summary.json and clients.csv give it."""
+        return {
+            "id": client,
+            "target_epsilon": standing.target_epsilon,
+            "epsilon": json_number(standing.epsilon),
+            "delta": self.config.delta,
+            "steps": standing.steps,
+            "sample_rate": json_number(standing.sample_rate),
+            "learning_rate": json_number(standing.learning_rate),
+            **{key.replace("-", "_"): value for key, value in standing.noise.items()},
+            "refused_rounds": standing.refused_rounds,
+            "failed_rounds": standing.failed_rounds,
+            "client_level_epsilon": json_number(self.client_level.get("epsilon", math.nan)),
+        }
 
 
 def flatten_state(state: dict[str, torch.Tensor]) -> np.ndarray:

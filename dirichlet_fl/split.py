@@ -17,11 +17,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dirichlet_fl.config import SplitSpec
+from dirichlet_fl.config import SYNTHETIC, SplitSpec
 from dirichlet_fl.data import load_dataset, stratified_split
 from dirichlet_fl.image_data import ImageData
 from dirichlet_fl.partition import partition_indices
 from dirichlet_fl.site_file import load_site_file
+from dirichlet_fl.synthetic import SyntheticSpec, client_data, held_out_data
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,31 @@ def federated_split(spec: SplitSpec) -> FederatedSplit:
     return _split(spec)
 
 
+def run_data(spec: SplitSpec) -> ImageData:
+    """The data set as the server needs it (the model's shape, the central test set): the split's data,
+    or for dataset = "synthetic" the held-out clients' examples (no client's shard is built)."""
+    if spec.dataset == SYNTHETIC:
+        return held_out_data(synthetic_spec(spec))
+    return federated_split(spec).data
+
+
+def synthetic_spec(spec: SplitSpec) -> SyntheticSpec:
+    """The generator's spec of a dataset = "synthetic" split spec."""
+    alpha, beta, examples = spec.synthetic
+    return SyntheticSpec(spec.seed, alpha, beta, examples)
+
+
+@functools.lru_cache(maxsize=16)
+def synthetic_client(spec: SplitSpec, partition_id: int) -> ImageData:
+    """Client `partition_id`'s generated examples (dataset = "synthetic"), on the CPU; cached per process."""
+    return client_data(synthetic_spec(spec), partition_id)
+
+
 @functools.lru_cache(maxsize=2)
 def _split(spec: SplitSpec) -> FederatedSplit:
+    if spec.dataset == SYNTHETIC:
+        raise ValueError("dataset='synthetic' has no global split: each client's examples are generated on demand "
+                         "(client_shard)")
     data = load_dataset(spec.dataset, spec.data_root or None, download=spec.download, data_path=spec.data_path or None)
     if spec.validation_fraction > 0:
         data = hold_out_validation(data, spec.validation_fraction, spec.seed)
@@ -88,6 +112,8 @@ def client_shard(spec: SplitSpec, partition_id: int, device: torch.device) -> Cl
 
 @functools.lru_cache(maxsize=16)
 def _shard(spec: SplitSpec, partition_id: int, device: str) -> ClientShard:
+    if spec.dataset == SYNTHETIC:
+        return _on_device(synthetic_client(spec, partition_id), device)
     split = federated_split(spec)
     train = torch.as_tensor(split.train_parts[partition_id])
     test = torch.as_tensor(split.test_parts[partition_id])

@@ -17,16 +17,17 @@ from typing import Any
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
+from flwr.superlink.grid import InMemoryGrid
 
 from dirichlet_fl.client_plan import too_small_to_train
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import SYNTHETIC, RunConfig
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.metrics import dead_class_note, evaluate_model
 from dirichlet_fl.paths import APP_DIR
 from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
 from dirichlet_fl.run_model import build_run_model, initial_model
 from dirichlet_fl.run_writer import COMPLETED, FAILED, RoundRecord, RunWriter
-from dirichlet_fl.split import federated_split
+from dirichlet_fl.split import federated_split, run_data
 from privacy.registry import covers
 from strategies.private_fedavg import PrivateFedAvg
 from strategies.secure import build_strategy
@@ -38,9 +39,10 @@ eps (summary.json has every client)."""
 
 
 def _central_evaluator(config: RunConfig, num_clients: int):
-    """evaluate_fn(round, arrays) on the full test split, on the server's device: loss, accuracy,
-    balanced accuracy, macro AUC, the smallest and every class's recall (Evaluation.metrics())."""
-    data = federated_split(config.split_spec(num_clients)).data
+    """evaluate_fn(round, arrays) on the full test split (synthetic: the held-out clients), on the server's
+    device: loss, accuracy, balanced accuracy, macro AUC, the smallest and every class's recall
+    (Evaluation.metrics())."""
+    data = run_data(config.split_spec(num_clients))
     device = resolve_device(config.device)
     test_x, test_y = data.test_x.to(device), data.test_y.to(device)
     model = build_run_model(config, data).to(device)
@@ -92,7 +94,11 @@ def main(grid: Grid, context: Context) -> None:
         log(ERROR, "%s %s (%s)", STATUS_LINE, BAD_INPUT, " ".join(str(error).split()))
         return
     strategy = build_strategy(config)
-    num_clients = strategy.discover(grid, code_fingerprint(APP_DIR))
+    try:
+        num_clients = _connect(strategy, grid, config)
+    except ValueError as error:
+        log(ERROR, "%s %s (%s)", STATUS_LINE, BAD_INPUT, " ".join(str(error).split()))
+        return
     evaluate_fn = _central_evaluator(config, num_clients)
     try:
         writer, arrays, first_round = _start(config, num_clients, strategy)
@@ -100,7 +106,8 @@ def main(grid: Grid, context: Context) -> None:
         log(ERROR, "%s %s (cannot write the run folder: %s)", STATUS_LINE, FAILED, one_line(error))
         return
     log(INFO, "dirichlet-fl: %s, %d clients, writing %s", config.mechanism, num_clients, writer.directory)
-    skipped = too_small_to_train(config, federated_split(config.split_spec(num_clients)))
+    skipped = {} if config.data.dataset == SYNTHETIC else too_small_to_train(  # synthetic: checked by the config
+        config, federated_split(config.split_spec(num_clients)))
     strategy.skip(set(skipped))
     if first_round == 1:
         writer.record_skipped(skipped)
@@ -146,6 +153,19 @@ def main(grid: Grid, context: Context) -> None:
         writer.directory)
 
 
+def _connect(strategy: PrivateFedAvg, grid: Grid, config: RunConfig) -> int:
+    """The run's clients: num-clients virtual clients served by the simulation's SuperNodes, else one per
+    node (the discovery query). On the Deployment Engine a num-clients other than the sites' is refused."""
+    code = code_fingerprint(APP_DIR)
+    if config.num_clients and isinstance(grid, InMemoryGrid):
+        return strategy.serve_virtual(grid, config.num_clients, code)
+    num_clients = strategy.discover(grid, code)
+    if config.num_clients and config.num_clients != num_clients:
+        raise ValueError(f"num-clients={config.num_clients} is for simulation only: on the Deployment Engine each "
+                         f"SuperNode is one site, and this federation has {num_clients}; set num-clients=0")
+    return num_clients
+
+
 STATUS_LINE = "dirichlet-fl run status:"
 """The server's last line starts with this; scripts/run.sh reads the status from it (flwr run exits 0 anyway)."""
 BAD_INPUT = "bad-input"
@@ -155,7 +175,7 @@ BAD_INPUT = "bad-input"
 def _start(config: RunConfig, num_clients: int, strategy: PrivateFedAvg) -> tuple[RunWriter, ArrayRecord, int]:
     """A new run folder with the seeded initial model, or the resumed run's folder, strategy state and
     checkpointed weights. Returns the writer, the global weights and the first round to run."""
-    data = federated_split(config.split_spec(num_clients)).data
+    data = run_data(config.split_spec(num_clients))
     if config.resume_from:
         writer, checkpoint = RunWriter.resume(config, num_clients, covers(config.mechanism), data.num_classes)
         strategy.load_state_dict(checkpoint["strategy"])
@@ -184,9 +204,10 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
     if config.mechanism == "none":
         return lines + ["mechanism none: training is not private per example"] + _aggregation_lines(config, summary)
     clients = summary["clients"]
-    if len(clients) > CLIENT_LINES:
+    if summary["num_clients"] > CLIENT_LINES:
         trained = [client for client in clients if client["steps"]]
-        lines.append(f"{len(trained)} of {len(clients)} clients trained; the {CLIENT_LINES // 2} with the largest eps:")
+        lines.append(f"{len(trained)} of {summary['num_clients']} clients trained; the {CLIENT_LINES // 2} with the "
+                     "largest eps:")
         clients = sorted(trained, key=lambda client: -(client["epsilon"] or 0.0))[: CLIENT_LINES // 2]
     for client in clients:
         if not client["steps"]:

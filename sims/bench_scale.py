@@ -4,6 +4,11 @@ The app runs on Flower's simulation engine (one fresh child per population, meas
 sims.bench_simulation.measure_run) with the same work per round at every population: a fixed number of
 sampled clients, local steps and batch size, on MNIST t10k. The report gives each population's steady
 seconds per round, start-up seconds and peak memory, and their ratios to the smallest population.
+`--num-supernodes N` measures virtual clients instead: N SuperNodes serve every population (num-clients
+= the population), `--dataset synthetic` generates each sampled client's examples (dirichlet_fl.synthetic,
+model logreg), and `--flwr-run` runs each population through `flwr run` with a SuperLink of its own
+(sims.bench_simulation.measure_flwr_run); each row also checks every client's eps against its target and
+that the ledger files are exactly the trained clients'.
 `--profile-linkstate` also times the per-0.1 s sweep of Flower 1.42's in-memory LinkState, which costs
 nodes x stored messages. BENCHMARKS.md, section 6.
 """
@@ -16,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sims.bench_simulation import measure_run, parse_overrides, steady_and_fixed
+from dirichlet_fl.run_reader import read_rows, read_summary
+from sims.bench_simulation import measure_flwr_run, measure_run, parse_overrides, steady_and_fixed
 
 MAX_TIME_RATIO = 2.0
 MAX_MEMORY_RATIO = 1.5
@@ -25,17 +31,29 @@ MAX_MEMORY_RATIO = 1.5
 def population_overrides(args: argparse.Namespace, population: int) -> dict[str, Any]:
     """The run config of one population: the same sampled clients and local work at every size."""
     fraction = args.sampled / population
-    base = {
-        "dataset": "mnist-idx",
-        "data-root": str(Path(args.data_root).resolve()),
-        "partitioner": "iid",
+    data = ({"dataset": "synthetic", "model": "logreg"} if args.dataset == "synthetic" else
+            {"dataset": "mnist-idx", "data-root": str(Path(args.data_root).resolve()), "partitioner": "iid"})
+    base = data | {
         "num-server-rounds": args.rounds,
         "local-steps": args.local_steps,
         "batch-size": args.batch_size,
         "fraction-train": fraction,
         "fraction-evaluate": fraction,
+        "num-clients": population if args.num_supernodes else 0,
     }
     return base | parse_overrides(args.run_config)
+
+
+def ledger_check(run_dir: Path) -> dict[str, Any]:
+    """Whether every client's eps stayed within its target, and whether the ledger files are exactly the
+    clients that trained (ledger.csv's `trained` rows)."""
+    summary = read_summary(run_dir)
+    over = [client["id"] for client in summary["clients"]
+            if client["epsilon"] is not None and client["epsilon"] > client["target_epsilon"]]
+    trained = {int(row["client"]) for row in read_rows(run_dir / "ledger.csv") if row["status"] == "trained"}
+    files = {int(path.stem.split("-")[1]) for path in (run_dir / "ledgers").glob("partition-*.json")}
+    return {"clients_over_budget": over, "trained_clients": len(trained), "ledger_files": len(files),
+            "ledgers_match_trained": files == trained, "max_epsilon": summary["max_epsilon"]}
 
 
 def _populations(text: str, sampled: int) -> list[int]:
@@ -93,8 +111,13 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
     if args.rounds < 2:
         raise ValueError(f"--rounds={args.rounds} must be >= 2 (round 1 also calibrates every client)")
-    if not (Path(args.data_root) / "t10k-images-idx3-ubyte.gz").is_file() and not (
-        Path(args.data_root) / "t10k-images-idx3-ubyte").is_file():
+    if args.num_supernodes < 0:
+        raise ValueError(f"--num-supernodes={args.num_supernodes} must be >= 0 (0: one SuperNode per client)")
+    if args.dataset not in ("mnist-idx", "synthetic"):
+        raise ValueError(f"--dataset={args.dataset!r} is invalid: choose mnist-idx or synthetic")
+    data_root = Path(args.data_root)
+    mnist_files = (data_root / "t10k-images-idx3-ubyte.gz", data_root / "t10k-images-idx3-ubyte")
+    if args.dataset == "mnist-idx" and not any(path.is_file() for path in mnist_files):
         raise FileNotFoundError(
             f"--data-root={args.data_root!r} holds no t10k-images-idx3-ubyte[.gz] (MNIST IDX files)"
         )
@@ -103,14 +126,19 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         _validate(population_overrides(args, population))
     rows = []
     for population in populations:
-        result = measure_run("flower", population_overrides(args, population), population,
-                             out_dir / f"clients-{population}", args.ray_worker_niceness)
+        out, nodes = out_dir / f"clients-{population}", args.num_supernodes or population
+        if args.flwr_run:
+            result = measure_flwr_run(population_overrides(args, population), nodes, out, args.ray_worker_niceness)
+        else:
+            result = measure_run("flower", population_overrides(args, population), nodes, out,
+                                 args.ray_worker_niceness)
         steady, fixed = steady_and_fixed(result)
         rows.append({"clients": population, "steady_seconds_per_round": steady, "startup_seconds": fixed,
                      "round_seconds": result["round_seconds"], "wall_seconds": result["wall_seconds"],
                      "peak_rss_bytes": result["peak_rss_bytes"], "peak_pss_bytes": result["peak_pss_bytes"],
                      "processes_at_peak": result["processes_at_peak"], "final_accuracy": result["final_accuracy"],
-                     "failed_client_rounds": result["failed_client_rounds"]})
+                     "failed_client_rounds": result["failed_client_rounds"], "supernodes": nodes,
+                     **ledger_check(out / "run")})
     base = rows[0]
     for row in rows:
         row["time_ratio"] = row["steady_seconds_per_round"] / base["steady_seconds_per_round"]
@@ -128,7 +156,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
         },
         "config": {"sampled": args.sampled, "rounds": args.rounds, "local_steps": args.local_steps,
                    "batch_size": args.batch_size, "data_root": args.data_root, "run_config": args.run_config,
-                   "ray_worker_niceness": args.ray_worker_niceness},
+                   "ray_worker_niceness": args.ray_worker_niceness, "num_supernodes": args.num_supernodes,
+                   "dataset": args.dataset, "flwr_run": args.flwr_run},
     }
 
 
@@ -156,6 +185,10 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
             f"peak RSS {row['peak_rss_bytes'] / 1024**3:5.2f} GB (x{row['memory_ratio']:.2f}), "
             f"PSS {row['peak_pss_bytes'] / 1024**3:4.2f} GB{extra}"
         )
+        if "ledgers_match_trained" in row:
+            lines.append(f"         {row['trained_clients']} clients trained, max eps {row['max_epsilon']:.4f}, "
+                         f"over budget: {len(row['clients_over_budget'])}, ledger files match: "
+                         f"{row['ledgers_match_trained']}")
     for key, target in report["targets"].items():
         lines.append(f"  {key}: target {target['target']}: {'met' if target['met'] else 'MISSED'}")
     return lines

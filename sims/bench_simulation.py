@@ -29,7 +29,7 @@ from typing import Any
 import click
 from flwr.common.config import get_fused_config_from_dir, parse_config_args
 
-from dirichlet_fl.paths import APP_DIR
+from dirichlet_fl.paths import APP_DIR, stage_app
 
 SAMPLE_INTERVAL = 0.2
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -191,8 +191,9 @@ def _run_config_text(overrides: dict[str, Any]) -> str:
 
 
 def measure_flwr_run(overrides: dict[str, Any], clients: int, out: Path, niceness: int) -> dict[str, Any]:
-    """`flwr run` as scripts/run.sh runs it, with a local SuperLink of its own (its own Flower home and
-    ports, started from a folder holding no copy of the project). The SuperLink runs detached; it starts
+    """`flwr run` as scripts/run.sh runs it, on a snapshot of the app (which Flower may rewrite; the checkout
+    stays untouched), with a local SuperLink of its own (its own Flower home and ports, started from a
+    folder holding no copy of the project). The SuperLink runs detached; it starts
     the SuperExec and the simulation process, which starts Ray. Peak memory is summed over `flwr run`
     and the SuperLink's whole tree; the SuperLink is stopped (by PID) afterwards."""
     out = out.resolve()
@@ -205,7 +206,8 @@ def measure_flwr_run(overrides: dict[str, Any], clients: int, out: Path, nicenes
                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     environment.pop("PYTHONPATH", None)
     run_config = _run_config_text(overrides | {"results-dir": str(out), "run-name": "run"})
-    command = [str(Path(sys.executable).with_name("flwr")), "run", str(APP_DIR), "--stream",
+    app = stage_app(APP_DIR, out / "app")
+    command = [str(Path(sys.executable).with_name("flwr")), "run", str(app), "--stream",
                "--federation-config", f"num-supernodes={clients}", "--run-config", run_config]
 
     def superlink() -> list[int]:

@@ -24,6 +24,14 @@ Differences from Flower's FedAvg, and why:
   sampled for training; they are re-derived from the split, so they are not part of the state.
 - Only the sampled clients are contacted in a round, so a round's cost grows with the sample, not
   with the population; discover() contacts every node once, at start-up.
+- Virtual clients (num-clients, simulation only: serve_virtual()): a few SuperNodes serve a population of
+  clients. No discovery query: the sampled client ids are dealt round-robin to the SuperNodes, each
+  message names its client (CLIENT_ID_KEY) and the server's client code (CODE_KEY), which the ClientApp
+  checks, so each SuperNode's first reply says whether it runs the submitted code (CODE_MISMATCH stops the
+  run). A SuperNode may get several messages in a round: Flower's simulation engine runs them on its
+  actors concurrently, each with its own shard and ledger file; replies are told apart by the message
+  they answer. Sampling is the same seeded draw over client ids, so num-clients = N on any number of
+  SuperNodes trains the same clients as N SuperNodes.
 - A site that drops out (its SuperNode dead, gone or silent: strategies/replies.py) is recorded as failed
   for the round and the run goes on; a node unavailable at start-up is left out after JOIN_PATIENCE_S.
 - With keep_updates, each round's record keeps the weights sent and every trainer's returned weights
@@ -46,7 +54,15 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from dirichlet_fl.config import RunConfig, clients_per_round
-from dirichlet_fl.protocol import REFUSALS, SETUP_FAILED, number, parse_error_reason
+from dirichlet_fl.protocol import (
+    CLIENT_ID_KEY,
+    CODE_KEY,
+    CODE_MISMATCH,
+    REFUSALS,
+    SETUP_FAILED,
+    number,
+    parse_error_reason,
+)
 from dirichlet_fl.run_writer import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
 from strategies.federated_evaluation import aggregate_evaluation, federated_metrics
 from strategies.message_exchange import send_and_receive
@@ -94,6 +110,13 @@ class PrivateFedAvg(FedAvg):
         self.config = config
         self.sent: ArrayRecord | None = None
         self.partition_of: dict[int, int] = {}
+        """Discovery: each node's partition (its client)."""
+        self.nodes: list[int] = []
+        """Virtual clients: the SuperNodes that serve them (empty: one client per node, partition_of)."""
+        self.routes: dict[str, int] = {}
+        """Virtual clients: the client of each message sent (by message id), to attribute its reply."""
+        self.code = ""
+        """Virtual clients: the server's client-code fingerprint, sent in every message."""
         self.num_partitions = 0
         """The partitions the federation has (each node reports num-partitions); some may not have joined."""
         self.exhausted: set[int] = set()
@@ -149,7 +172,7 @@ class PrivateFedAvg(FedAvg):
     def _query(self, grid: Grid, nodes: list[int], code: str, timeout: float) -> set[int]:
         """Send the discovery query to `nodes`; note each answering node's partition. Returns the nodes
         that are unavailable; raises when a node refuses to join (e.g. it runs other client code)."""
-        query = RecordDict({"config": ConfigRecord({"code": code})})
+        query = RecordDict({"config": ConfigRecord({CODE_KEY: code})})
         messages = [Message(query, dst_node_id=node, message_type=MessageType.QUERY) for node in nodes]
         gone = set()
         for reply in attribute_replies(messages, send_and_receive(grid, messages, timeout)):
@@ -174,23 +197,65 @@ class PrivateFedAvg(FedAvg):
         if missing:
             log(WARNING, "dirichlet-fl: partitions %s did not join; the run goes on without them", missing)
 
-    def _sample(self, server_round: int, fraction: float, eligible: list[int], purpose: str) -> list[int]:
-        """A seeded sample of eligible node ids, drawn in partition-id order."""
-        ordered = sorted(eligible, key=lambda node: self.partition_of[node])
-        population = max(self.num_partitions, len(self.partition_of))
-        return seeded_sample((self.config.seed, purpose, server_round), ordered, population, fraction)
+    def serve_virtual(self, grid: Grid, num_clients: int, code: str, timeout: float = 600.0) -> int:
+        """Serve `num_clients` virtual clients from the grid's SuperNodes (simulation only; module docstring):
+        no discovery query, every message names its client and carries `code`. Returns num_clients."""
+        deadline = time.monotonic() + timeout
+        while not (nodes := sorted(grid.get_node_ids())):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no SuperNode connected within {timeout:g} s")
+            time.sleep(0.2)
+        self.nodes, self.num_partitions, self.code = nodes, num_clients, code
+        return num_clients
+
+    @property
+    def clients(self) -> Iterable[int]:
+        """Every client of the run: the virtual population, or the joined nodes' partitions."""
+        return range(self.num_partitions) if self.nodes else self.partition_of.values()
+
+    def _client(self, reply: Message) -> int:
+        """The client a reply answers for: its message's client (virtual), else its node's partition."""
+        if self.nodes:
+            return self.routes[reply.metadata.reply_to_message_id]
+        return self.partition_of[reply.metadata.src_node_id]
+
+    def _sample(self, server_round: int, fraction: float, eligible: Iterable[int], purpose: str) -> list[int]:
+        """A seeded sample of eligible clients, drawn in client-id order."""
+        population = self.num_partitions if self.nodes else max(self.num_partitions, len(self.partition_of))
+        return seeded_sample((self.config.seed, purpose, server_round), sorted(eligible), population, fraction)
+
+    def _messages(self, record: RecordDict, clients: list[int], message_type: str) -> list[Message]:
+        """One message per client: to its node, or (virtual) dealt round-robin to the SuperNodes, naming the
+        client and the server's code in its own copy of the config."""
+        if not self.nodes:
+            node_of = {partition: node for node, partition in self.partition_of.items()}
+            return list(self._construct_messages(record, [node_of[client] for client in clients], message_type))
+        messages = []
+        for i, client in enumerate(clients):
+            config = ConfigRecord({**record.config_records.get(self.configrecord_key, ConfigRecord()),
+                                   CLIENT_ID_KEY: client, CODE_KEY: self.code})
+            content = RecordDict({**record, self.configrecord_key: config})
+            messages.append(Message(content, dst_node_id=self.nodes[i % len(self.nodes)], message_type=message_type))
+        return messages
+
+    def note_routes(self, messages: list[Message]) -> None:
+        """After an exchange (which gave every message its id): remember which client each message named."""
+        if self.nodes:
+            self.routes = {message.metadata.message_id: int(cast(int, message.content.config_records[
+                self.configrecord_key][CLIENT_ID_KEY])) for message in messages}
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        eligible = [node for node, partition in self.partition_of.items() if partition not in self.unavailable]
+        unavailable = self.unavailable
+        eligible = [client for client in self.clients if client not in unavailable]
         if not eligible:
             return []
         config["server-round"] = server_round
         self.sent = arrays
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        nodes = self._sample(server_round, self.fraction_train, eligible, "train")
-        return self._construct_messages(record, nodes, MessageType.TRAIN)
+        clients = self._sample(server_round, self.fraction_train, eligible, "train")
+        return self._messages(record, clients, MessageType.TRAIN)
 
     def skip(self, partitions: set[int]) -> None:
         """Never sample these partitions for training."""
@@ -208,21 +273,25 @@ class PrivateFedAvg(FedAvg):
             return []
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        nodes = self._sample(server_round, self.fraction_evaluate, list(self.partition_of), "evaluate")
-        return self._construct_messages(record, nodes, MessageType.EVALUATE)
+        clients = self._sample(server_round, self.fraction_evaluate, self.clients, "evaluate")
+        return self._messages(record, clients, MessageType.EVALUATE)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """FedAvg's weighted mean of the clients' loss and accuracy and the sum of their per-class counts
         (strategies/federated_evaluation.py), in partition-id order: in arrival order the float sums
         (federated accuracy and loss in rounds.csv) differ in the last bits between two runs of the same seed."""
-        ordered = sorted(self._known(replies), key=lambda reply: self.partition_of[reply.metadata.src_node_id])
+        ordered = sorted(self._known(replies), key=self._client)
         return super().aggregate_evaluate(server_round, ordered)
 
     def _known(self, replies: Iterable[Message]) -> list[Message]:
-        """The replies from nodes that joined the run; any other is dropped with a warning."""
+        """The replies from nodes that joined the run (virtual: to messages of this round); any other is
+        dropped with a warning. A client that loaded other code than the server's stops the run."""
         known = []
         for reply in replies:
-            if reply.metadata.src_node_id in self.partition_of:
+            if reply.has_error() and reply.error.code == CODE_MISMATCH:
+                raise RuntimeError(f"node {reply.metadata.src_node_id} refused to join: {reply.error.reason}")
+            if (reply.metadata.reply_to_message_id in self.routes) if self.nodes else (
+                    reply.metadata.src_node_id in self.partition_of):
                 known.append(reply)
             else:
                 log(WARNING, "dirichlet-fl: ignored a reply from node %d, which holds no partition of this run",
@@ -237,11 +306,11 @@ class PrivateFedAvg(FedAvg):
         valid, errors = self._check_and_log_replies(self._known(replies), is_train=True)
         record = self.current = RoundRecord(server_round, sent=self.sent if self.config.keep_updates else None)
         for reply in errors:
-            self._record_error(record, self.partition_of[reply.metadata.src_node_id], reply)
-        valid = sorted(valid, key=lambda reply: self.partition_of[reply.metadata.src_node_id])
+            self._record_error(record, self._client(reply), reply)
+        valid = sorted(valid, key=self._client)
         for reply in valid:
             metrics = {key: float(cast(float, value)) for key, value in reply.content.metric_records["metrics"].items()}
-            partition = self.partition_of[reply.metadata.src_node_id]
+            partition = self._client(reply)
             record.trained[partition] = metrics
             if self.config.keep_updates:
                 record.returned[partition] = reply.content.array_records[self.arrayrecord_key]
@@ -274,7 +343,8 @@ class PrivateFedAvg(FedAvg):
 
     def stop_reason(self) -> tuple[str, str] | None:
         """None while some client may still train; else the run's final status and why."""
-        available = set(self.partition_of.values()) - self.unavailable
+        unavailable = self.unavailable
+        available = any(client not in unavailable for client in self.clients)
         if available and self.idle_rounds < self.config.max_idle_rounds:
             return None
         if not available and self.exhausted and self.trained_rounds:
@@ -289,7 +359,9 @@ class PrivateFedAvg(FedAvg):
     ) -> ArrayRecord | None:
         """Send the round's train messages and aggregate the replies (sets self.current); None when no
         client's update arrived. strategies/secure.py overrides it for SecAgg+ and client-level DP."""
-        new_arrays, _ = self.aggregate_train(server_round, exchange(grid, messages, self.reply_timeout))
+        replies = exchange(grid, messages, self.reply_timeout)
+        self.note_routes(messages)
+        new_arrays, _ = self.aggregate_train(server_round, replies)
         return new_arrays
 
     def run(
@@ -312,8 +384,9 @@ class PrivateFedAvg(FedAvg):
             new_arrays = self.train_and_aggregate(grid, server_round, arrays, messages)
             record = self.current or RoundRecord(server_round)
             arrays = new_arrays if new_arrays is not None else arrays
-            evaluations = exchange(grid, list(self.configure_evaluate(server_round, arrays, ConfigRecord(), grid)),
-                                   self.reply_timeout)
+            evaluate = list(self.configure_evaluate(server_round, arrays, ConfigRecord(), grid))
+            evaluations = exchange(grid, evaluate, self.reply_timeout)
+            self.note_routes(evaluate)
             federated = self.aggregate_evaluate(server_round, evaluations)
             record.federated = federated_metrics(federated)
             on_round(record, arrays)

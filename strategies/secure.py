@@ -180,7 +180,8 @@ class SecureFedAvg(PrivateFedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """PrivateFedAvg's seeded sample; under client-dp the clipping norm rides along (Flower's key)."""
-        self.eligible = sum(partition not in self.unavailable for partition in self.partition_of.values())
+        unavailable = self.unavailable
+        self.eligible = sum(client not in unavailable for client in self.clients)
         if self.client_level is not None:
             config[KEY_CLIPPING_NORM] = self.clipping_norm
         client_level = self.config.client_level
@@ -224,6 +225,7 @@ class SecureFedAvg(PrivateFedAvg):
     ) -> NDArrays | None:
         """Client-level DP without SecAgg+: the uniform mean of the clipped updates, noised by the server."""
         replies = exchange(grid, messages, self.reply_timeout)
+        self.note_routes(messages)
         self.aggregate_train(server_round, replies)
         answered = [reply for reply in replies if not reply.has_error()]
         updates = [reply.content.array_records["arrays"].to_numpy_ndarrays() for reply in answered]

@@ -6,12 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from scripts import render_robustness, round_breakdown
+from scripts import render_robustness, render_scale, round_breakdown
 from scripts.doc_blocks import block, replace_block
 
 
 def test_benchmarks_robustness_table_is_the_committed_sweeps() -> None:
     assert block(render_robustness.DOCUMENT, render_robustness.BLOCK) == render_robustness.rendered()
+
+
+def test_benchmarks_virtual_clients_table_is_the_committed_bench_scale_result() -> None:
+    assert block(render_scale.DOCUMENT, render_scale.BLOCK) == render_scale.rendered()
 
 
 def test_a_block_is_replaced_in_place_and_a_missing_one_is_named(tmp_path: Path) -> None:

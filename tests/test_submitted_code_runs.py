@@ -45,7 +45,8 @@ def copy_checkout(destination: Path, marker: Path) -> Path:
     Ray workers, never by the server's process) writes `marker`."""
     plain_copy(destination)
     client_app = destination / "client" / "client_app.py"
-    anchor = '    expected = str(msg.content.config_records["config"]["code"])'
+    anchor = "    site = on_deployment_engine()\n    if (refused := code_refusal(msg)) is not None:"  # describe's
+    assert anchor in client_app.read_text()
     marked = f"    Path({str(marker)!r}).write_text('second checkout')\n{anchor}"
     source = client_app.read_text().replace(anchor, marked, 1)
     client_app.write_text(source)

@@ -16,6 +16,7 @@ from dirichlet_fl.protocol import (
     BUDGET_EXHAUSTED,
     CLASS_HITS,
     CLASS_TOTALS,
+    CODE_MISMATCH,
     SETUP_FAILED,
     TRAINING_FAILED,
     code_fingerprint,
@@ -128,7 +129,7 @@ def test_query_names_the_partition() -> None:
 
 def test_query_from_a_server_with_other_code_is_refused() -> None:
     reply = query(client_context(OVERRIDES), "0" * 64)
-    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert reply.has_error() and reply.error.code == CODE_MISMATCH
     assert "differs from the submitted app" in reply.error.reason
 
 

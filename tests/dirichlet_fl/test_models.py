@@ -80,7 +80,8 @@ def test_group_counts_divide_the_channels() -> None:
 
 
 def test_invalid_names_norms_and_sizes_list_the_valid_choices() -> None:
-    with pytest.raises(ValueError, match="model='vgg' is unknown; valid: cnn, lenet, resnet9, resnet18, inception"):
+    with pytest.raises(ValueError, match="model='vgg' is unknown; valid: cnn, lenet, resnet9, resnet18, inception, "
+                                         "logreg"):
         build_model("vgg", 1, 10, 28)
     with pytest.raises(ValueError, match="norm='layer' is unknown; valid: none, group, batch"):
         build_model("cnn", 1, 10, 28, norm="layer")

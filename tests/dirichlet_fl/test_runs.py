@@ -169,3 +169,25 @@ def test_updates_are_not_kept_unless_asked(tmp_path) -> None:
     assert not (tmp_path / "run" / "updates").exists()
     with pytest.raises(FileNotFoundError, match="keep-updates=true"):
         load_round_updates(tmp_path / "run")
+
+
+def test_a_hundred_thousand_clients_keep_ledgers_for_the_sampled_only_and_list_them_in_clients_csv(tmp_path) -> None:
+    from dirichlet_fl.run_reader import read_summary
+    from dirichlet_fl.run_writer import CLIENTS_FILE, CLIENTS_IN_SUMMARY
+
+    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="big"), num_clients=100_000, covers="x")
+    record = RoundRecord(1, trained={99_999: trained(99_999, 0.5, 4), 7: trained(7, 0.25, 4)},
+                         refused={3: "budget spent"}, spent={3})
+    writer.record_round(record, weights(1.0), {})
+    assert sorted(writer.clients) == [3, 7, 99_999]  # ledgers of the clients heard of, not of the population
+    checkpoint = torch.load(writer.directory / "checkpoint.pt", weights_only=False)
+    assert sorted(checkpoint["clients"]) == ["3", "7", "99999"]
+    summary = writer.finish({"accuracy": 0.5, "loss": 1.0}, assumptions_hold=True)
+    stored = json.loads((writer.directory / "summary.json").read_text())
+    assert 100_000 > CLIENTS_IN_SUMMARY and "clients" not in stored and stored["clients_file"] == CLIENTS_FILE
+    assert stored["num_clients"] == 100_000 and stored["clients_listed"] == 3 and stored["max_epsilon"] == 0.5
+    with open(writer.directory / CLIENTS_FILE) as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["id"] for row in rows] == ["3", "7", "99999"] and rows[2]["epsilon"] == "0.5"
+    assert read_summary(writer.directory)["clients"] == summary["clients"]
+    assert [client["steps"] for client in summary["clients"]] == [0, 4, 4]

@@ -12,12 +12,14 @@ import statistics
 from pathlib import Path
 
 import pytest
+from flwr.app import ArrayRecord, ConfigRecord
 
 from cli import bench
 from cli.main import OneLineErrorParser
 from dirichlet_fl.config import RunConfig
 from sims import accuracy_vs_epsilon
 from strategies.private_fedavg import PrivateFedAvg, seeded_sample
+from tests.helpers import set_task_identity
 
 pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
 
@@ -176,11 +178,15 @@ def test_invalid_options_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Cap
 def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
     strategy = PrivateFedAvg(RunConfig(seed=7, fraction_train=fraction, fraction_evaluate=1.0))
     strategy.partition_of = {1000 - p: p for p in range(10)}  # node ids in the reverse order of partitions
+    strategy.num_partitions = 10
+    strategy.skip({4})
+    set_task_identity()  # Flower's messages need a run
     eligible = [p for p in range(10) if p != 4]
     for server_round in (1, 2, 5):
-        nodes = strategy._sample(server_round, fraction, [1000 - p for p in eligible], "train")
+        messages = strategy.configure_train(server_round, ArrayRecord(), ConfigRecord(),
+                                            grid=None)  # type: ignore[arg-type]
         assert seeded_sample((7, "train", server_round), eligible, 10, fraction) == [
-            strategy.partition_of[n] for n in nodes]
+            strategy.partition_of[m.metadata.dst_node_id] for m in messages]
 
 
 def test_finite_makes_strict_json() -> None:
@@ -211,3 +217,31 @@ def test_linkstate_sweep_is_timed_on_flowers_own_state() -> None:
     from sims.bench_scale import sweep_seconds
 
     assert sweep_seconds(50, 5, repeats=1) > 0.0
+
+
+def test_scale_with_virtual_clients_asks_for_the_population_on_a_few_supernodes() -> None:
+    import argparse
+
+    from sims.bench_scale import population_overrides
+
+    args = argparse.Namespace(dataset="synthetic", data_root="unused", rounds=3, local_steps=20, batch_size=8,
+                              sampled=10, num_supernodes=4, run_config="")
+    overrides = population_overrides(args, 100_000)
+    assert overrides["num-clients"] == 100_000 and overrides["fraction-train"] == 1e-4
+    assert (overrides["dataset"], overrides["model"]) == ("synthetic", "logreg") and "data-root" not in overrides
+    assert population_overrides(argparse.Namespace(**{**vars(args), "num_supernodes": 0}), 100)["num-clients"] == 0
+
+
+def test_scale_checks_budgets_and_that_the_ledger_files_are_the_trained_clients(tmp_path: Path) -> None:
+    from sims.bench_scale import ledger_check
+
+    (tmp_path / "ledgers").mkdir()
+    for client in (4, 9):
+        (tmp_path / "ledgers" / f"partition-{client}.json").write_text("{}")
+    clients = [{"id": 4, "epsilon": 0.5, "target_epsilon": 1.0}, {"id": 9, "epsilon": 1.5, "target_epsilon": 1.0}]
+    (tmp_path / "summary.json").write_text(json.dumps({"clients": clients, "max_epsilon": 1.5}))
+    (tmp_path / "ledger.csv").write_text("round,client,status\n1,4,trained\n1,9,trained\n2,9,spent\n")
+    check = ledger_check(tmp_path)
+    assert check["clients_over_budget"] == [9] and check["ledgers_match_trained"] and check["trained_clients"] == 2
+    (tmp_path / "ledgers" / "partition-5.json").write_text("{}")
+    assert not ledger_check(tmp_path)["ledgers_match_trained"]
