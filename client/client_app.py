@@ -54,6 +54,7 @@ from client.site import (
     site_client,
 )
 from dirichlet_fl.config import RunConfig, parse_run_config
+from dirichlet_fl.paths import APP_DIR
 from dirichlet_fl.protocol import (
     CLIENT_ID_KEY,
     CODE_KEY,
@@ -72,8 +73,6 @@ from dirichlet_fl.protocol import (
 STATE_KEY = "privacy"
 NONCE_KEY = "site-noise"
 """context.state record: the noise nonce this node drew for each run (by run id)."""
-APP_DIR = Path(__file__).resolve().parent.parent
-"""The app this ClientApp was loaded from: the submitted bundle, unless a stale copy shadows it."""
 
 app = ClientApp(mods=[aggregation_mod])
 """aggregation_mod: SecAgg+ and client-level clipping when the run asks for them (client/secure.py)."""

@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "docs" / "consortium" / "round-breakdown.json"
 DOCUMENT = ROOT / "docs" / "consortium.md"
+DOCUMENTS = (DOCUMENT, ROOT / "BENCHMARKS.md")
+"""Where the table is rendered: docs/consortium.md explains it, BENCHMARKS.md (section 6.7) lists it."""
 BLOCK = "round-breakdown"
 _LINE = re.compile(r"^[A-Z]+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}):\s+(.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -137,7 +139,8 @@ def main(argv: list[str]) -> None:
         runs[args.label] = {"command": args.command, "note": args.note, **measure(args.workdir)}
         RESULT.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(RESULT, (json.dumps(runs, indent=2) + "\n").encode())
-    replace_block(DOCUMENT, BLOCK, rendered())
+    for document in DOCUMENTS:
+        replace_block(document, BLOCK, rendered())
 
 
 if __name__ == "__main__":

@@ -29,4 +29,5 @@ def test_a_block_is_replaced_in_place_and_a_missing_one_is_named(tmp_path: Path)
 
 
 def test_consortium_round_breakdown_is_the_committed_measurement() -> None:
-    assert block(round_breakdown.DOCUMENT, round_breakdown.BLOCK) == round_breakdown.rendered()
+    for document in round_breakdown.DOCUMENTS:
+        assert block(document, round_breakdown.BLOCK) == round_breakdown.rendered(), document
