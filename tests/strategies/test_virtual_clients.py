@@ -28,18 +28,25 @@ class VirtualGrid:
     def __init__(self, refuse: set[int] = frozenset(), code_mismatch: bool = False) -> None:
         self.refuse, self.code_mismatch = refuse, code_mismatch
         self.sent: list[tuple[int, int]] = []
+        self.inbox: dict[str, Message] = {}
 
     def get_node_ids(self) -> list[int]:
         return list(NODES)
 
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
-        replies = []
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        """Accept the messages (strategies/message_exchange.py pushes, then pulls) and prepare each reply."""
+        ids = []
         for message in messages:
-            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            message.metadata.__dict__["_message_id"] = message_id = uuid.uuid4().hex
             client = int(message.content.config_records["config"][CLIENT_ID_KEY])
             self.sent.append((message.metadata.dst_node_id, client))
-            replies.append(self.answer(message, client))
-        return list(reversed(replies))  # arrival order is not send order
+            self.inbox[message_id] = self.answer(message, client)
+            ids.append(message_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        """Every prepared reply among `message_ids`, in reverse: arrival order is not send order."""
+        return [self.inbox.pop(i) for i in reversed(list(message_ids)) if i in self.inbox]
 
     def answer(self, message: Message, client: int) -> Message:
         if self.code_mismatch:
