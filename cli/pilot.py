@@ -376,7 +376,7 @@ def _deploy_and_run(
     from cli.app_signing import build_fab, fab_identity, make_reviewer_key, sign_fab
     from cli.federation import Federation
     from cli.processes import exit_on_sigterm
-    from cli.staging import stage_app
+    from dirichlet_fl.paths import stage_app
 
     workdir = args.workdir.resolve()
     configs = [site.node_config for site in sites]

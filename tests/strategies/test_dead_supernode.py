@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from cli.federation import Federation
-from cli.staging import stage_app
-from dirichlet_fl.paths import APP_DIR
+from dirichlet_fl.paths import APP_DIR, stage_app
 
 TEST_BUDGET_S = 480  # a hang guard: startup ~30 s, the SuperLink notices a dead node within ~60 s
 RUN_TIMEOUT_S = 360
