@@ -44,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--candidates", type=int, default=defaults.candidates, help="pool size (about half members)")
     parser.add_argument("--extra-train", type=int, default=defaults.extra_train, help="non-candidate training examples")
     parser.add_argument("--model", default=defaults.model, help=f"network (default {defaults.model})")
-    parser.add_argument("--norm", default=defaults.norm,
+    parser.add_argument("--norm", default=defaults.norm or "default",
                         help="normalisation: none, group, group-K, batch (default %(default)s; 'default': the "
                         "model's own)")
     parser.add_argument("--weighting", default=",".join(defaults.weightings),

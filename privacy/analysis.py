@@ -36,6 +36,7 @@ class UnreachableEpsilonError(ValueError):
 
     def __init__(self, target_epsilon: float, floor: Epsilon, sample_rate: float, steps: int, delta: float,
                  max_order: int = DEFAULT_MAX_ORDER):
+        self._arguments = (target_epsilon, floor, sample_rate, steps, delta, max_order)
         self.target_epsilon = target_epsilon
         self.floor = floor.epsilon
         at_cap = (
@@ -51,6 +52,10 @@ class UnreachableEpsilonError(ValueError):
             f"{floor.epsilon:.6g}; choose epsilon > {floor.epsilon:.6g}, or lower the floor with a smaller sample "
             f"rate, fewer steps or a larger delta.{at_cap}"
         )
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        """Rebuild from the constructor's arguments, so that the error crosses a process pool intact."""
+        return (type(self), self._arguments)
 
 
 @dataclass(frozen=True)

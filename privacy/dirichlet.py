@@ -36,7 +36,7 @@ class ConfidenceNormalization:
     """The per-example weight kappa(reference_confidence) / kappa(s_y), capped at `cap` (module docstring)."""
 
     reference_confidence: float = 0.9
-    cap: float = 5.0
+    cap: float = 20.0
 
     def __post_init__(self) -> None:
         if not 0 < self.reference_confidence <= 1:

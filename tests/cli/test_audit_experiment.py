@@ -86,6 +86,14 @@ def test_the_rates_are_chosen_on_examples_that_are_never_candidates_nor_trained_
         config.validate(849)
 
 
+def test_a_dirichlet_eps_below_the_floor_is_refused_before_training():
+    """q = 0.01, T = 4000, delta 1e-5: Theorem 10's floor is 0.788, so eps 0.5 cannot be calibrated."""
+    with pytest.raises(ValueError, match=r"--epsilon=0.5 is unreachable .* floor of Theorem 10 .* is 0.78"):
+        ExperimentConfig(epsilons=(0.5, 1.0)).validate_flags()
+    ExperimentConfig(epsilons=(0.5, 1.0), steps=1000).validate_flags()  # floor 0.269
+    ExperimentConfig(epsilons=(0.5,), mechanisms=("dpsgd",)).validate_flags()  # no floor for DP-SGD
+
+
 def test_an_arm_picks_the_most_accurate_grid_point_and_a_given_rate_skips_the_grid():
     config = ExperimentConfig(dataset="digits", candidates=40, steps=30, sample_rate=0.1, epsilons=(0.5,),
                               model="cnn", validation=200, mechanisms=("dirichlet", "dpsgd"),
@@ -106,7 +114,7 @@ def test_an_arm_picks_the_most_accurate_grid_point_and_a_given_rate_skips_the_gr
     assert choices["dpsgd-eps0.5"].setting == Setting(0.3, 1.0, effective=False)
     assert choices["dpsgd-eps0.5"].source == "given"
     explicit = ExperimentConfig(rates=parse_rates("none=0.1,dirichlet=0.7,dirichlet-paper-eps4=0.3"),
-                                epsilons=(1.0, 4.0))
+                                epsilons=(1.0, 4.0), weightings=WEIGHTINGS)
     arms = {arm.name: arm for arm in explicit.arms()}
     names = ("dirichlet-paper-eps1", "dirichlet-paper-eps4", "dirichlet-normalized-eps4", CONTROL)
     assert [explicit.explicit_rate(arms[name]) for name in names] == [0.7, 0.3, 0.7, 0.1]
@@ -114,11 +122,11 @@ def test_an_arm_picks_the_most_accurate_grid_point_and_a_given_rate_skips_the_gr
 
 def test_each_dirichlet_loss_is_an_arm_and_the_normalised_one_trains_with_its_weighting():
     config = ExperimentConfig(dataset="digits", candidates=40, steps=30, sample_rate=0.1, epsilons=(0.5,),
-                              model="cnn", validation=200, mechanisms=("dirichlet",))
+                              model="cnn", validation=200, mechanisms=("dirichlet",), weightings=WEIGHTINGS)
     paper, normalized, control = config.arms()
     assert [paper.name, normalized.name, control.name] == ["dirichlet-paper-eps0.5", "dirichlet-normalized-eps0.5",
                                                            CONTROL]
-    assert loss_weighting(config, paper) is None and loss_weighting(config, normalized) == LossWeighting(0.9, 5.0)
+    assert loss_weighting(config, paper) is None and loss_weighting(config, normalized) == LossWeighting(0.9, 20.0)
     setting = Setting(0.1, 1.0, effective=True)
     first, second = (train_job(config, Job(arm, 0, setting)) for arm in (paper, normalized))
     assert first.claimed_eps == second.claimed_eps and first.noise == second.noise  # the loss changes no eps

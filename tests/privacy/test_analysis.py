@@ -4,6 +4,7 @@ conversion cross-checked against Opacus and dp-accounting."""
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -108,6 +109,8 @@ def test_unreachable_target_reports_the_floor() -> None:
     assert caught.value.floor == pytest.approx(0.6754, abs=1e-4)
     message = str(caught.value)
     assert "0.675" in message and "sample rate" in message and "larger delta" in message
+    copy = pickle.loads(pickle.dumps(caught.value))  # it crosses a process pool (sweeps, the audit) intact
+    assert isinstance(copy, UnreachableEpsilonError) and str(copy) == message and copy.floor == caught.value.floor
 
 
 def test_high_order_solutions_are_found() -> None:
