@@ -114,7 +114,13 @@ def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[tuple[str,
         key = tuning_key(row)
         if key in wanted:
             groups.setdefault(key[:3], []).append(row)
-    return {group: choose_rate(members) for group, members in groups.items()}
+    chosen = {}
+    for (partition, mechanism, epsilon), members in groups.items():
+        try:
+            chosen[(partition, mechanism, epsilon)] = choose_rate(members)
+        except ValueError as error:
+            raise ValueError(f"tuning beta={partition} {mechanism} eps={epsilon:g}: {error}") from None
+    return chosen
 
 
 def describe_choice(choices: dict[tuple[str, str, float], float]) -> list[dict[str, object]]:
