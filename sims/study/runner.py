@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from sims.study.cell import COLUMNS, run_cell
-from sims.study.plan import RATE_FLAGS, Cell, Study, cells, given_rate
+from sims.study.plan import Cell, Study, cells, given_rate
 from sims.study.tuning import TUNING_COLUMNS, TuningRun, chosen_rates, run_tuning, tuning_key, tuning_runs
 
 STUDY_FILE = "study.json"
 TABLE_FILE = "table.csv"
 TUNING_FILE = "tuning.csv"
-FLAGS = {"partitions": "--betas", "learning_rate": RATE_FLAGS["none"], "data_path": "--data-path"}
+FLAGS = {"partitions": "--betas"}
 """The flag of a Study field whose name is not the flag's (the partitions: --betas, --classes-per-client
 and --site-file together)."""
 Task = tuple[Study, Cell, float, str] | tuple[Study, TuningRun]
