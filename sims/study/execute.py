@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from sims.study.plan import Study, cells, check, run_config
+from sims.study.plan import Cell, Study, cells, check, given_rate, run_config
 from sims.study.report import markdown_table, plot_accuracy, plot_client_spread, plot_partitions
 from sims.study.runner import (
     STUDY_FILE,
@@ -20,7 +20,16 @@ from sims.study.runner import (
     run_all,
     write_atomically,
 )
-from sims.study.tuning import chosen_rates, describe_choice, tuning_key, tuning_runs
+from sims.study.tuning import chosen_rates, describe_choice, parse_rate_grid, tuning_key, tuning_runs
+
+
+def _app_checks(study: Study) -> None:
+    """The app's own range checks (model, batch size, every rate a run may use) before any training."""
+    grid = parse_rate_grid(study.rate_grid)
+    for mechanism in study.mechanisms:
+        given = given_rate(study, mechanism)
+        for rate in grid[mechanism] if given is None else (given,):
+            run_config(study, Cell(study.partitions[0], mechanism, study.epsilons[0], study.seeds[0]), rate)
 
 
 def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
@@ -29,8 +38,7 @@ def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
     `resume` or `table_only`); the summary."""
     out_dir.mkdir(parents=True, exist_ok=True)
     done, tuned = resumable(out_dir, study) if resume or table_only else ([], [])
-    for cell in cells(study)[:1]:
-        run_config(study, cell, 1.0)  # the app's own range checks (model, batch size, ...) before any training
+    _app_checks(study)
     check(study)
     write_atomically(out_dir / STUDY_FILE, describe(study))
     start = time.perf_counter()
