@@ -5,6 +5,7 @@
   simulation  a default federated run on Flower + Ray vs the same arithmetic in a plain loop
   scale       10 to 2,000 clients, a fixed 10 sampled per round: seconds per round, start-up, memory
   accuracy    accuracy vs eps on MNIST digits: none / Dirichlet / DP-SGD, IID, non-IID, centralized
+              (a preset of `dirichlet-fl study`: its table.csv, table.md, tuning.csv, study.json, pictures)
   gpu         seconds per epoch of the paper's CIFAR10 ResNet-18 setting, then the federated job with
               fractional GPUs, clients per second (needs a GPU; --synthetic --gpus-per-client 0 to smoke-test)
   secagg      SecAgg+ per round: the protocol in-process, and (--flower) whole runs, against plain FedAvg
@@ -93,49 +94,48 @@ def _scale_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _accuracy_options(parser: argparse.ArgumentParser) -> None:
-    """Options of `bench accuracy` (defaults: the full sweep)."""
+    """Options of `bench accuracy`, a preset of `dirichlet-fl study` (defaults: the full sweep; an option
+    not given is None here and filled by sims.study.bench_preset: from --quick, else the bench's default)."""
+    from cli.study import rate_flags
     from dirichlet_fl.models import MODELS
-    from sims import accuracy_vs_epsilon
+    from sims.study.bench_preset import DEFAULTS, SPLITS
+    from sims.study.tuning import DEFAULT_GRID, grid_text
 
-    defaults = accuracy_vs_epsilon.Sweep()
+    def add(flag: str, default: object = None, **options: object) -> None:
+        """An option not given is None; its help names the bench's default (`default` is the study's: unused)."""
+        value = DEFAULTS[flag[2:].replace("-", "_")]
+        shown = f" (default {value})" if value not in (None, "") else ""
+        options = {**options, "help": f"{options.get('help', '')}{shown}".strip()}
+        parser.add_argument(flag, default=None, **options)  # type: ignore[arg-type]
+
     parser.add_argument("--quick", action="store_true",
-                        help="the app's default digits job, one seed, eps in {1, 4}: under 10 minutes")
-    parser.add_argument("--dataset", default=defaults.dataset)
-    parser.add_argument("--data-root", default=defaults.data_root)
-    parser.add_argument("--data-path", default=defaults.data_path,
-                        help="with --dataset npz: an .npz in medmnist's layout (a site's data-file format)")
-    parser.add_argument("--num-clients", type=int, default=defaults.num_clients)
-    parser.add_argument("--model", default=defaults.model, choices=sorted(MODELS),
-                        help=f"network (default {defaults.model})")
-    parser.add_argument("--seeds", type=int, default=len(defaults.seeds), help="seeds 0..N-1 (default 3)")
-    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in defaults.epsilons),
-                        help="comma-separated target eps values, at delta=1e-5")
-    parser.add_argument("--splits", default=",".join(defaults.splits),
-                        help=f"subset of {','.join(accuracy_vs_epsilon.SPLITS)}")
-    parser.add_argument("--mechanisms", default=",".join(defaults.mechanisms),
-                        help=f"subset of {','.join(accuracy_vs_epsilon.MECHANISMS)}")
-    parser.add_argument("--rounds", type=int, default=defaults.rounds)
-    parser.add_argument("--local-epochs", type=float, default=defaults.local_epochs)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate,
-                        help="plain SGD rate of mechanism none")
-    parser.add_argument("--dirichlet-learning-rate", type=float, default=defaults.dirichlet_learning_rate,
-                        help="the Dirichlet clients' effective rate: each runs SGD at this / kappa_i at its own r*")
-    parser.add_argument("--learning-rate-mode", default=defaults.learning_rate_mode, choices=["effective", "adaptive"],
-                        help="the Dirichlet clients' rate rule (the app's learning-rate-mode; default effective)")
+                        help="the app's default digits job with its rates, one seed, eps in {1, 4}: a few minutes")
+    add("--dataset", help="a data set the app reads; npz: the file at --data-path")
+    add("--data-root", help="folder of the data set's files")
+    add("--data-path", help="an .npz in medmnist's layout (a site's data-file format)")
+    add("--num-clients", type=int)
+    add("--model", choices=sorted(MODELS), help="network")
+    add("--seeds", type=int, help="seeds 0..N-1")
+    add("--epsilons", help="comma-separated target eps values, at delta=1e-5")
+    add("--splits", help=f"subset of {','.join(SPLITS)} (noniid: Dirichlet label skew, beta {SPLITS['noniid']})")
+    add("--mechanisms", help="subset of none,dirichlet,dpsgd")
+    add("--rounds", type=int)
+    add("--local-epochs", type=float)
+    add("--batch-size", type=int)
+    rate_flags(parser, add, grid_text(DEFAULT_GRID, ("none", "dirichlet", "dpsgd")))
+    add("--learning-rate-mode", choices=["effective", "adaptive"],
+        help="the Dirichlet clients' rate rule (the app's learning-rate-mode)")
     parser.add_argument("--validation", action="store_true",
-                        help="evaluate on 20%% of the training data instead of the test set (to tune rates)")
-    parser.add_argument("--norm", default=defaults.norm,
-                        help="the model's normalisation: default, none, group or group-K (K channels per group)")
-    parser.add_argument("--dirichlet-weighting", default=defaults.dirichlet_weighting, choices=["normalized", "paper"],
-                        help="the Dirichlet NLL's per-example weighting (the app's dirichlet-weighting)")
-    parser.add_argument("--dirichlet-weight-cap", type=float, default=defaults.dirichlet_weight_cap)
-    parser.add_argument("--dpsgd-learning-rate", type=float, default=defaults.dpsgd_learning_rate)
-    parser.add_argument("--workers", type=int, default=2, help="worker processes, one thread each (default 2)")
+                        help="evaluate the cells on 20%% of the training data instead of the test set")
+    add("--norm", help="the model's normalisation: default, none, group or group-K (K channels per group)")
+    add("--dirichlet-weighting", choices=["normalized", "paper"],
+        help="the Dirichlet NLL's per-example weighting (the app's dirichlet-weighting)")
+    add("--dirichlet-weight-cap", type=float)
+    add("--workers", type=int, help="worker processes, one thread each")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the finished runs of an interrupted sweep in --out and run the rest")
+                        help="keep the cells and tuning runs finished in --out and run the rest")
     parser.add_argument("--table-only", action="store_true",
-                        help="rebuild table.md, table.csv and the plot from the runs finished in --out, run nothing")
+                        help="rebuild table.md and the pictures from the cells finished in --out, run nothing")
 
 
 def _gpu_options(parser: argparse.ArgumentParser) -> None:
@@ -207,7 +207,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "accountant": ("time one r* solve", _accountant_options),
     "simulation": ("Flower + Ray against a plain loop: start-up, per round, memory", _simulation_options),
     "scale": ("seconds per round, start-up and memory against the number of clients", _scale_options),
-    "accuracy": ("accuracy against eps, federated and centralized", _accuracy_options),
+    "accuracy": ("accuracy against eps, federated and centralized (a preset of `dirichlet-fl study`)",
+                 _accuracy_options),
     "gpu": ("seconds per epoch, CIFAR10 ResNet-18, Dirichlet vs DP-SGD", _gpu_options),
     "secagg": ("SecAgg+ cost per round against the plain aggregation", _secagg_options),
     "client-dp": ("accuracy against client-level eps (DP-FedAvg) with per-example privacy on", _client_dp_options),
@@ -225,7 +226,7 @@ def _module(name: str) -> ModuleType:
     elif name == "scale":
         from sims import bench_scale as module
     elif name == "accuracy":
-        from sims import accuracy_vs_epsilon as module
+        from sims.study import bench_preset as module
     elif name == "secagg":
         from sims import bench_secagg as module
     elif name == "client-dp":

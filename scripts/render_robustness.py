@@ -1,8 +1,11 @@
-"""Render BENCHMARKS.md's robustness table from the committed `bench accuracy` folders in docs/robustness/.
+"""Render BENCHMARKS.md's robustness table from the committed sweep folders in docs/robustness/.
 
-Each folder holds one sweep's runs.csv and sweep.json (its exact configuration); the table gives, per
-folder and mechanism, the mean over seeds and the worst seed of balanced accuracy, the smallest
-per-class recall of any seed and the dead classes (recall 0) summed over seeds. Run from the root:
+A folder holds either an earlier `bench accuracy` sweep (runs.csv and sweep.json, its exact
+configuration) or a study, which `bench accuracy` now runs (table.csv and study.json; its rows are
+named `<folder> (<partition>)`, and its rates are the rows' own: given by a flag or tuned on the
+validation split). The table gives, per folder, partition and mechanism, the mean over seeds and the
+worst seed of balanced accuracy, the smallest per-class recall of any seed and the dead classes
+(recall 0) summed over seeds. Run from the root:
   .venv/bin/python scripts/render_robustness.py
 """
 
@@ -18,46 +21,73 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ROOT / "docs" / "robustness"
 DOCUMENT = ROOT / "BENCHMARKS.md"
 BLOCK = "robustness-table"
+SWEEP = ("runs.csv", "sweep.json")
+STUDY = ("table.csv", "study.json")
 
 
-def _rows(folder: Path) -> list[dict[str, str]]:
-    with open(folder / "runs.csv", newline="") as handle:
+def _layout(folder: Path) -> tuple[str, str] | None:
+    """The folder's (rows file, configuration file), or None if it holds neither kind."""
+    return next((files for files in (SWEEP, STUDY) if all((folder / name).is_file() for name in files)), None)
+
+
+def _rows(folder: Path, rows_file: str) -> list[dict[str, str]]:
+    with open(folder / rows_file, newline="") as handle:
         return [row for row in csv.DictReader(handle) if row["status"] == "ok"]
 
 
-def _data(folder: Path) -> str:
-    """The data file of a sweep: its name (`--data-path`), or dermamnist.npz in `--data-root`."""
-    sweep = json.loads((folder / "sweep.json").read_text())
-    return Path(sweep["data_path"]).name if sweep.get("data_path") else f"{sweep['dataset']}.npz"
+def _data(config: dict) -> str:
+    """The data file of a sweep: its name (`--data-path`), or `<dataset>.npz` in `--data-root`."""
+    return Path(config["data_path"]).name if config.get("data_path") else f"{config['dataset']}.npz"
 
 
-def _setting(folder: Path, mechanism: str) -> str:
-    sweep = json.loads((folder / "sweep.json").read_text())
-    return f"batch {sweep['batch_size']}, " + _rule(sweep, mechanism)
-
-
-def _rule(sweep: dict, mechanism: str) -> str:
+def _rule(config: dict, mechanism: str, rate: str) -> str:
     if mechanism == "none":
-        return f"cross-entropy, rate {sweep['learning_rate']:g}"
+        return f"cross-entropy, rate {rate}"
     if mechanism == "dirichlet":
-        weighting = sweep.get("dirichlet_weighting", "paper")
-        cap = f", cap {sweep['dirichlet_weight_cap']:g}" if weighting == "normalized" else ""
-        return f"{weighting}{cap}, effective rate {sweep['dirichlet_learning_rate']:g}"
-    return f"rate {sweep['dpsgd_learning_rate']:g}"
+        weighting = config.get("dirichlet_weighting", "paper")
+        cap = f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else ""
+        return f"{weighting}{cap}, effective rate {rate}"
+    return f"rate {rate}"
+
+
+def _sweep_rate(config: dict, mechanism: str) -> str:
+    key = {"none": "learning_rate", "dirichlet": "dirichlet_learning_rate", "dpsgd": "dpsgd_learning_rate"}[mechanism]
+    return f"{config[key]:g}"
+
+
+def _study_rate(group: list[dict[str, str]]) -> str:
+    """The rate of a study group's rows: one value, or the range; '(tuned)' when chosen on validation."""
+    rates = sorted({float(r["learning_rate"]) for r in group})
+    shown = f"{rates[0]:g}" if len(rates) == 1 else f"{rates[0]:g}-{rates[-1]:g}"
+    return shown + (" (tuned)" if any(r.get("rate_source") == "validation" for r in group) else "")
+
+
+def _groups(folder: Path) -> list[tuple[str, dict, str, str, list[dict[str, str]]]]:
+    """(row name, configuration, mechanism, eps, rows) of every group of a folder, sorted."""
+    layout = _layout(folder)
+    assert layout is not None
+    rows, config = _rows(folder, layout[0]), json.loads((folder / layout[1]).read_text())
+    if layout == SWEEP:
+        keys = sorted({("", r["mechanism"], r["epsilon"]) for r in rows})
+        return [(folder.name, config, m, e, [r for r in rows if (r["mechanism"], r["epsilon"]) == (m, e)])
+                for _, m, e in keys]
+    keys = sorted({(r["beta"], r["mechanism"], r["epsilon"]) for r in rows})
+    return [(f"{folder.name} ({p})", config, m, e, [r for r in rows if (r["beta"], r["mechanism"], r["epsilon"]) ==
+                                                     (p, m, e)]) for p, m, e in keys]
 
 
 def rendered(folders: Path = FOLDERS) -> str:
     """The markdown table of every folder under `folders`, sorted by name."""
     lines = ["| sweep | data | mechanism | eps (delta=1e-5) | setting | seeds | balanced acc. mean | worst seed | "
              "min class recall | dead classes | accuracy mean |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder in sorted(p for p in folders.iterdir() if (p / "runs.csv").is_file()):
-        rows = _rows(folder)
-        for mechanism, epsilon in sorted({(r["mechanism"], r["epsilon"]) for r in rows}):
-            group = [r for r in rows if (r["mechanism"], r["epsilon"]) == (mechanism, epsilon)]
+    for folder in sorted(p for p in folders.iterdir() if _layout(p) is not None):
+        study = _layout(folder) == STUDY
+        for name, config, mechanism, epsilon, group in _groups(folder):
+            rate = _study_rate(group) if study else _sweep_rate(config, mechanism)
             balanced = [float(r["balanced_accuracy"]) for r in group]
             lines.append(
-                f"| {folder.name} | {_data(folder)} | {mechanism} | {epsilon} | {_setting(folder, mechanism)} | "
-                f"{len(group)} | "
+                f"| {name} | {_data(config)} | {mechanism} | {epsilon} | "
+                f"batch {config['batch_size']}, {_rule(config, mechanism, rate)} | {len(group)} | "
                 f"{100 * statistics.mean(balanced):.1f} | {100 * min(balanced):.1f} | "
                 f"{100 * min(float(r['min_class_recall']) for r in group):.1f} | "
                 f"{sum(int(r['dead_classes']) for r in group)} | "

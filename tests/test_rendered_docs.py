@@ -31,3 +31,35 @@ def test_a_block_is_replaced_in_place_and_a_missing_one_is_named(tmp_path: Path)
 def test_consortium_round_breakdown_is_the_committed_measurement() -> None:
     for document in round_breakdown.DOCUMENTS:
         assert block(document, round_breakdown.BLOCK) == round_breakdown.rendered(), document
+
+
+def test_the_robustness_renderer_also_reads_a_study_folder_beside_the_bench_folders(tmp_path: Path) -> None:
+    import shutil
+
+    from sims.study.cell import COLUMNS
+    from sims.study.plan import Study
+    from sims.study.runner import csv_text, describe
+
+    shutil.copytree(render_robustness.FOLDERS / "test-b32-defaults", tmp_path / "test-b32-defaults")
+    study = tmp_path / "z-study"
+    study.mkdir()
+    (study / "study.json").write_text(describe(Study(dataset="npz", data_path="/x/digits.npz", batch_size=32,
+                                                     partitions=("central", "iid"))))
+    row = {"epsilon": "1.0", "mechanism": "dirichlet", "status": "ok", "min_class_recall": "0.5", "accuracy": "0.9"}
+    rows = [{**row, "beta": "central", "seed": 0, "balanced_accuracy": "0.8", "dead_classes": 0,
+             "learning_rate": 0.05, "rate_source": "validation"},
+            {**row, "beta": "central", "seed": 1, "balanced_accuracy": "0.6", "dead_classes": 2,
+             "learning_rate": 0.05, "rate_source": "validation"},
+            {**row, "beta": "iid", "seed": 0, "balanced_accuracy": "0.7", "dead_classes": 1, "learning_rate": 0.1,
+             "rate_source": "flag"},
+            {**row, "beta": "iid", "seed": 1, "balanced_accuracy": "0.1", "dead_classes": 6, "learning_rate": 0.1,
+             "rate_source": "flag", "status": "no-rounds"}]
+    (study / "table.csv").write_text(csv_text(rows, COLUMNS))
+
+    lines = render_robustness.rendered(tmp_path).splitlines()
+    assert lines[2:4] == render_robustness.rendered().splitlines()[4:6]  # the bench folder's rows, as committed
+    assert lines[4:] == [
+        "| z-study (central) | digits.npz | dirichlet | 1.0 | batch 32, normalized, cap 20, effective rate 0.05 "
+        "(tuned) | 2 | 70.0 | 60.0 | 50.0 | 2 | 90.0 |",
+        "| z-study (iid) | digits.npz | dirichlet | 1.0 | batch 32, normalized, cap 20, effective rate 0.1 | 1 | "
+        "70.0 | 70.0 | 50.0 | 1 | 90.0 |"]

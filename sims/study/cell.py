@@ -18,14 +18,15 @@ import numpy as np
 
 from dirichlet_fl.split import federated_split
 from privacy.analysis import PAPER_DELTA
-from sims.accuracy_vs_epsilon import client_floor, noise_range
-from sims.fedavg_loop import run_fedavg
-from sims.study.plan import Cell, Study, clients_of, run_config
+from sims.fedavg_loop import LoopRound, run_fedavg
+from sims.study.plan import Cell, Study, client_floor, clients_of, run_config
 
 COLUMNS = ["beta", "epsilon", "mechanism", "seed", "status", "accuracy", "balanced_accuracy", "macro_auc",
            "worst_client_accuracy", "median_client_accuracy", "max_client_epsilon", "delta", "learning_rate",
-           "floor", "min_class_recall", "noise", "failed_clients", "client_accuracies", "seconds", "cpu_seconds"]
-"""table.csv: `beta` holds the partition (a beta, iid, central, classes=K or natural)."""
+           "rate_source", "floor", "min_class_recall", "dead_classes", "noise", "failed_clients",
+           "client_accuracies", "seconds", "cpu_seconds"]
+"""table.csv: `beta` holds the partition (a beta, iid, central, classes=K or natural); `rate_source` is
+`flag` (a rate flag gave it) or `validation` (tuned, tuning.csv)."""
 
 
 def client_accuracies(parts: list[np.ndarray], labels: np.ndarray, recalls: tuple[float, ...]) -> list[float]:
@@ -39,13 +40,32 @@ def client_accuracies(parts: list[np.ndarray], labels: np.ndarray, recalls: tupl
     return result
 
 
-def run_cell(study: Study, cell: Cell) -> dict[str, object]:
-    """Run one cell; its table.csv row (COLUMNS; CPU seconds: what the cell costs on an idle core)."""
+def final_metrics(final: LoopRound) -> dict[str, object]:
+    """The global model's metrics after the last round: accuracy, balanced accuracy, macro AUC, the
+    smallest per-class recall and the dead classes (recall 0), classes absent from the evaluation left out."""
+    recalls = [r for r in final.central_per_class_recall if not math.isnan(r)]
+    return {"accuracy": final.central_accuracy, "balanced_accuracy": final.central_balanced_accuracy,
+            "macro_auc": final.central_macro_auc, "min_class_recall": min(recalls, default=math.nan),
+            "dead_classes": sum(1 for r in recalls if r == 0.0)}
+
+
+def noise_range(parameters: dict[int, dict[str, float]]) -> str:
+    """The clients' noise parameter as 'name=min..max' (r for Dirichlet, the noise multiplier for DP-SGD)."""
+    for name in ("r", "noise_multiplier"):
+        values = [p[name] for p in parameters.values() if name in p]
+        if values:
+            return f"{name}={min(values):.4g}..{max(values):.4g}"
+    return ""
+
+
+def run_cell(study: Study, cell: Cell, rate: float, source: str) -> dict[str, object]:
+    """Run one cell at SGD rate `rate` (from `source`: flag or validation); its table.csv row (COLUMNS;
+    CPU seconds: what the cell costs on an idle core)."""
     start, cpu_start = time.perf_counter(), time.process_time()
-    config = run_config(study, cell)
+    config = run_config(study, cell, rate)
     clients = clients_of(study, cell.partition)
     row: dict[str, object] = {"beta": cell.partition, "epsilon": cell.epsilon, "mechanism": cell.mechanism,
-                              "seed": cell.seed, "delta": PAPER_DELTA, "learning_rate": config.lr.rate,
+                              "seed": cell.seed, "delta": PAPER_DELTA, "learning_rate": rate, "rate_source": source,
                               "floor": client_floor(config, clients) if cell.mechanism == "dirichlet" else ""}
     result = run_fedavg(config, clients)
     final = result.rounds[-1] if result.rounds else None
@@ -55,12 +75,10 @@ def run_cell(study: Study, cell: Cell) -> dict[str, object]:
     split = federated_split(config.split_spec(clients))
     per_client = client_accuracies(split.train_parts, split.data.train_y.numpy(), final.central_per_class_recall)
     defined = [a for a in per_client if not math.isnan(a)]
-    recalls = [r for r in final.central_per_class_recall if not math.isnan(r)]
-    return {**row, "status": "ok", "accuracy": final.central_accuracy,
-            "balanced_accuracy": final.central_balanced_accuracy, "macro_auc": final.central_macro_auc,
+    return {**row, "status": "ok", **final_metrics(final),
             "worst_client_accuracy": min(defined, default=math.nan),
             "median_client_accuracy": statistics.median(defined) if defined else math.nan,
             "max_client_epsilon": math.inf if cell.mechanism == "none" else max(result.client_epsilons.values()),
-            "min_class_recall": min(recalls, default=math.nan), "noise": noise_range(result.client_parameters),
+            "noise": noise_range(result.client_parameters),
             "failed_clients": len(result.failures), "client_accuracies": ";".join(f"{a:.6g}" for a in per_client),
             "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}

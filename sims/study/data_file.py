@@ -2,7 +2,8 @@
 
 The file is read and checked by the app's own site-file reader (dirichlet_fl.site_file); medmnist's
 reader (dirichlet_fl.data, dataset=<flag>) then reads `<data-root>/<flag>.npz`, so a file with any other
-name or place is linked there, inside the study's own folder, and the app's loader reads it as is.
+name or place is linked there, in a folder derived from its path (sims.study.plan.data_source), and the
+app's loader reads it as is. With --dataset npz the app reads the file itself (its data-path).
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ def check_medmnist_layout(path: Path, num_classes: int) -> None:
 
 
 def linked_root(path: Path, flag: str, folder: Path) -> Path:
-    """A folder holding `<flag>.npz` -> path (a symlink, replaced atomically), for medmnist's reader."""
+    """A folder holding `<flag>.npz` -> path, for medmnist's reader: a symlink, left as it is when it
+    already points there, else replaced atomically (a temporary name per process: workers may race)."""
     folder.mkdir(parents=True, exist_ok=True)
     link = folder / f"{flag}.npz"
-    temporary = folder / f".{flag}.npz.tmp"
+    target = path.resolve()
+    if link.is_symlink() and link.resolve() == target:
+        return folder
+    temporary = folder / f".{flag}.npz.{os.getpid()}.tmp"
     temporary.unlink(missing_ok=True)
-    temporary.symlink_to(path.resolve())
+    temporary.symlink_to(target)
     os.replace(temporary, link)
     return folder

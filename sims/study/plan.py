@@ -3,30 +3,36 @@
 A partition is one value of the non-IID axis: a Dirichlet label skew `beta` (Hsu et al. 2019; smaller
 is more skewed), `iid`, `central` (one client with all the training data, the centralized reference),
 `classes=K` (pathological: K classes per client) or `natural` (sites from a CSV). A cell is a
-partition x mechanism x eps x seed; mechanism `none` has one eps, infinity.
+partition x mechanism x eps x seed; mechanism `none` has one eps, infinity. A mechanism's rate is
+either given (a rate flag) or None: tuned on the validation split first (sims/study/tuning.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
+from dirichlet_fl.client_plan import mechanism_spec
 from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
-from dirichlet_fl.data import load_dataset
+from dirichlet_fl.data import NPZ, load_dataset
 from dirichlet_fl.split import FederatedSplit, federated_split
-from privacy.analysis import PAPER_DELTA
-from sims.accuracy_vs_epsilon import client_floor
+from privacy.analysis import PAPER_DELTA, epsilon_floor
+from sims.study.data_file import linked_root
 
 MECHANISMS = ("none", "dirichlet", "dpsgd")
 PRIORITY_EPSILONS = (1.0, 4.0)
 VALIDATION_FRACTION = 0.2
 PARTITION_WORDS = ("iid", "central", "natural")
+RATE_FLAGS = {"none": "--learning-rate", "dirichlet": "--dirichlet-learning-rate", "dpsgd": "--dpsgd-learning-rate"}
 
 
 @dataclass(frozen=True)
 class Study:
     """Everything the study holds fixed across cells, and its axes (saved as study.json; --resume needs
-    an identical one)."""
+    an identical one). Paths are the user's (data_root, data_path), never a derived folder."""
 
     dataset: str = "dermamnist"
     data_root: str = ""
@@ -41,17 +47,23 @@ class Study:
     rounds: int = 20
     local_epochs: float = 1.0
     batch_size: int = 10
-    learning_rate: float = 0.05
-    """Plain SGD rate of mechanism none (tuned on the DermaMNIST-shaped validation split, batch 10)."""
-    dirichlet_learning_rate: float = 0.05
-    """The Dirichlet clients' effective rate: each runs SGD at this / kappa_i(s_ref) at its own r*."""
-    dpsgd_learning_rate: float = 0.05
+    learning_rate: float | None = None
+    """Plain SGD rate of mechanism none; None: tuned on the validation split."""
+    dirichlet_learning_rate: float | None = None
+    """The Dirichlet clients' effective rate (each runs SGD at this / kappa_i(s_ref) at its own r*); None: tuned."""
+    dpsgd_learning_rate: float | None = None
+    rate_grid: str = ""
+    """The rates tried for each tuned mechanism, canonical 'none=0.02/0.05/0.1,...' (sims/study/tuning.py)."""
+    learning_rate_mode: str = "effective"
     max_grad_norm: float = 1.0
     alpha: float = 3.0
     validation: bool = False
-    """Evaluate on a stratified 20 % of the training data instead of the test set (to tune rates)."""
+    """Evaluate the cells on a stratified 20 % of the training data instead of the test set."""
     norm: str = "default"
-    dirichlet_weighting: str = "paper"
+    dirichlet_weighting: str = "normalized"
+    dirichlet_weight_cap: float = 20.0
+    """normalized, cap 20: at batch 32 it kept every class alive where the paper's loss collapsed
+    (BENCHMARKS.md, section 11)."""
     device: str = "cpu"
 
 
@@ -98,57 +110,97 @@ def clients_of(study: Study, partition: str) -> int:
     return 1 if partition == "central" else study.num_clients
 
 
-def learning_rate(study: Study, mechanism: str) -> float:
+def given_rate(study: Study, mechanism: str) -> float | None:
+    """The mechanism's rate from its flag, or None: tuned on the validation split."""
     return {"none": study.learning_rate, "dirichlet": study.dirichlet_learning_rate,
             "dpsgd": study.dpsgd_learning_rate}[mechanism]
 
 
-def run_config(study: Study, cell: Cell) -> RunConfig:
-    """The app's run config of a cell (client evaluation off: the study evaluates the global model)."""
+def tuned_mechanisms(study: Study) -> tuple[str, ...]:
+    """The study's mechanisms whose rate no flag gives."""
+    return tuple(m for m in study.mechanisms if given_rate(study, m) is None)
+
+
+def data_source(study: Study) -> tuple[str, str, str]:
+    """The app's (dataset, data-root, data-path). A --data-path file read as a medmnist flag is linked as
+    `<flag>.npz` into a folder derived from its path under the system's temporary folder (medmnist's
+    reader reads `<root>/<flag>.npz`); that folder is derived, so study.json never records it."""
+    if study.data_path and study.dataset != NPZ:
+        digest = hashlib.sha256(str(Path(study.data_path).resolve()).encode()).hexdigest()[:16]
+        folder = Path(tempfile.gettempdir()) / "dirichlet-fl-study-data" / digest
+        return study.dataset, str(linked_root(Path(study.data_path), study.dataset, folder)), ""
+    return study.dataset, study.data_root, study.data_path
+
+
+def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = None) -> RunConfig:
+    """The app's run config of a cell at SGD rate `rate`, evaluated on the validation split when
+    `validation` (default: the study's --validation); client evaluation off: the study evaluates the
+    global model."""
     partition = cell.partition
     partitioner = ("iid" if partition in ("iid", "central") else "natural" if partition == "natural"
                    else "pathological" if partition.startswith("classes=") else "dirichlet")
+    dataset, root, path = data_source(study)
+    held_out = study.validation if validation is None else validation
     data = DataConfig(
-        dataset=study.dataset, root=study.data_root, partitioner=partitioner,
+        dataset=dataset, root=root, path=path, partitioner=partitioner,
         beta=float(partition) if partitioner == "dirichlet" else 0.5,
         classes_per_client=int(partition.split("=")[1]) if partitioner == "pathological" else 2,
         site_file=study.site_file if partitioner == "natural" else "",
-        validation_fraction=VALIDATION_FRACTION if study.validation else 0.0,
+        validation_fraction=VALIDATION_FRACTION if held_out else 0.0,
     )
     config = RunConfig(
         num_server_rounds=study.rounds, seed=cell.seed, model=study.model,
         mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
         delta=PAPER_DELTA, alpha=study.alpha, max_grad_norm=study.max_grad_norm, batch_size=study.batch_size,
         local_epochs=study.local_epochs, device=study.device, fraction_evaluate=0.0, results_dir="",
-        norm=study.norm, dirichlet_weighting=study.dirichlet_weighting, data=data,
-        lr=LearningRateConfig(optimizer="sgd", rate=learning_rate(study, cell.mechanism), mode="effective"),
+        norm=study.norm, dirichlet_weighting=study.dirichlet_weighting,
+        dirichlet_weight_cap=study.dirichlet_weight_cap, data=data,
+        lr=LearningRateConfig(optimizer="sgd", rate=rate, mode=study.learning_rate_mode),
     )
     config.validate()
     return config
 
 
+def client_floor(config: RunConfig, clients: int) -> float:
+    """The largest Theorem 10 floor over the run's clients (each has its own q and T)."""
+    split = federated_split(config.split_spec(clients))
+    floors = []
+    for partition_id, part in enumerate(split.train_parts):
+        spec = mechanism_spec(config, partition_id, len(part), config.target_epsilon_for(partition_id, clients))
+        floors.append(epsilon_floor(spec.sample_rate, spec.planned_steps, PAPER_DELTA).epsilon)
+    return max(floors)
+
+
 def check(study: Study) -> None:
     """Raise a one-line ValueError, before any training, for a grid that cannot run: more clients than
     training examples, a partition that cannot be drawn, or a Dirichlet eps at or below some client's
-    Theorem 10 floor for the planned steps (each client's q and T; the largest floor is named)."""
-    data = load_dataset(study.dataset, study.data_root or None)
-    examples = int(data.train_y.shape[0] * (1 - VALIDATION_FRACTION if study.validation else 1))
+    Theorem 10 floor for the planned steps (each client's q and T; the largest floor is named). Tuning
+    runs train on the 80 % left by the validation split, so that split is checked too when a rate is tuned."""
+    dataset, root, path = data_source(study)
+    data = load_dataset(dataset, root or None, data_path=path or None)
+    held_out = study.validation or bool(tuned_mechanisms(study))
+    examples = int(data.train_y.shape[0] * (1 - VALIDATION_FRACTION if held_out else 1))
     if study.num_clients > examples:
         raise ValueError(f"--num-clients={study.num_clients} is above the {examples} training examples of "
                          f"{data.name}; give at most {examples}")
-    for partition in study.partitions:
-        for seed in study.seeds:
-            config = run_config(study, Cell(partition, "dirichlet", max(study.epsilons, default=1.0), seed))
-            clients = clients_of(study, partition)
-            _split(config, clients)
-            if "dirichlet" in study.mechanisms:
-                floor = client_floor(config, clients)
-                low = min(study.epsilons)
-                if low <= floor:
-                    raise ValueError(f"--epsilons: eps={low:g} is at or below the Theorem 10 floor {floor:.6g} "
-                                     f"(delta={PAPER_DELTA:g}) of partition {partition}, seed {seed}, for "
-                                     f"{study.rounds} rounds x {study.local_epochs:g} local epochs; give eps > "
-                                     f"{floor:.6g} or plan fewer steps")
+    for validation in sorted({study.validation, held_out}):
+        for partition in study.partitions:
+            for seed in study.seeds:
+                _check_cell(study, Cell(partition, "dirichlet", max(study.epsilons, default=1.0), seed), validation)
+
+
+def _check_cell(study: Study, cell: Cell, validation: bool) -> None:
+    config = run_config(study, cell, 1.0, validation)
+    clients = clients_of(study, cell.partition)
+    _split(config, clients)
+    if "dirichlet" in study.mechanisms:
+        floor = client_floor(config, clients)
+        low = min(study.epsilons)
+        if low <= floor:
+            raise ValueError(f"--epsilons: eps={low:g} is at or below the Theorem 10 floor {floor:.6g} "
+                             f"(delta={PAPER_DELTA:g}) of partition {cell.partition}, seed {cell.seed}, for "
+                             f"{study.rounds} rounds x {study.local_epochs:g} local epochs; give eps > "
+                             f"{floor:.6g} or plan fewer steps")
 
 
 def _split(config: RunConfig, clients: int) -> FederatedSplit:

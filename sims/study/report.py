@@ -139,7 +139,7 @@ def plot_partitions(study: Study, out_dir: Path) -> list[Path]:
     paths = []
     for partition in study.partitions:
         clients = clients_of(study, partition)
-        config = run_config(study, Cell(partition, "none", math.inf, study.seeds[0]))
+        config = run_config(study, Cell(partition, "none", math.inf, study.seeds[0]), 1.0)  # the rate: unused
         split = federated_split(config.split_spec(clients))
         labels = split.data.train_y.numpy()
         counts = label_counts(labels, split.train_parts, split.data.num_classes)

@@ -1,9 +1,11 @@
-"""Run the study's cells, keep table.csv current, resume a stopped study.
+"""Run the study's tuning runs, then its cells; keep tuning.csv and table.csv current; resume.
 
-table.csv is rewritten whole (temp file + os.replace) after every finished cell, so a study killed at
-any moment leaves a readable file of the cells done; --resume reads it, keeps each cell once (the
-first row of a cell, should a file hold two) and runs only the cells it lacks. study.json records the
-study; --resume refuses a folder whose study.json differs in anything, axes included.
+Both files are rewritten whole (temp file + os.replace) after every finished run, so a study killed at
+any moment leaves readable files of the runs done; --resume reads them, keeps each run once (the first
+row of a run, should a file hold two) and runs only the runs they lack. The tuning runs go first (the
+cells need their rates: sims/study/tuning.py), one progress count and time left covering both.
+study.json records the study; --resume refuses a folder whose study.json differs in anything, axes
+and rate grid included.
 """
 
 from __future__ import annotations
@@ -16,20 +18,23 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sims.accuracy_vs_epsilon import _init_worker
 from sims.study.cell import COLUMNS, run_cell
-from sims.study.plan import Cell, Study, cells
+from sims.study.plan import Cell, Study, cells, given_rate
+from sims.study.tuning import TUNING_COLUMNS, TuningRun, chosen_rates, run_tuning, tuning_key, tuning_runs
 
 STUDY_FILE = "study.json"
-FLAGS = {"partitions": "--betas", "dirichlet_weighting": "--dirichlet-weighting", "norm": "--norm"}
+TABLE_FILE = "table.csv"
+TUNING_FILE = "tuning.csv"
+FLAGS = {"partitions": "--betas"}
 """The flag of a Study field whose name is not the flag's (the partitions: --betas, --classes-per-client
 and --site-file together)."""
-TABLE_FILE = "table.csv"
+Task = tuple[Study, Cell, float, str] | tuple[Study, TuningRun]
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -55,17 +60,25 @@ def row_key(row: dict[str, object]) -> tuple[str, str, float, int]:
     return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), int(str(row["seed"])))
 
 
-def read_table(path: Path) -> list[dict[str, object]]:
-    """The rows of a table.csv, each cell once (the first)."""
+def read_rows(path: Path, key: Callable[[dict[str, object]], tuple]) -> list[dict[str, object]]:
+    """The rows of a CSV file, each run once (the first row of its key); none if there is no file."""
+    if not path.is_file():
+        return []
     with open(path, newline="") as handle:
         rows: dict[tuple, dict[str, object]] = {}
         for row in csv.DictReader(handle):
-            rows.setdefault(row_key(row), dict(row))
+            rows.setdefault(key(row), dict(row))
     return list(rows.values())
 
 
-def resumable(out_dir: Path, study: Study) -> list[dict[str, object]]:
-    """The finished rows of an earlier run of the same study in out_dir; ValueError if it was another."""
+def read_table(path: Path) -> list[dict[str, object]]:
+    """The rows of a table.csv, each cell once (the first)."""
+    return read_rows(path, row_key)
+
+
+def resumable(out_dir: Path, study: Study) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The finished cells and tuning runs of an earlier run of the same study in out_dir; ValueError if
+    it was another study."""
     if not (out_dir / STUDY_FILE).is_file():
         raise ValueError(f"--resume: {out_dir} holds no {STUDY_FILE}; run without --resume first")
     earlier, now = json.loads((out_dir / STUDY_FILE).read_text()), json.loads(describe(study))
@@ -74,49 +87,92 @@ def resumable(out_dir: Path, study: Study) -> list[dict[str, object]]:
     if changed:
         raise ValueError(f"--resume: {out_dir / STUDY_FILE} was made with other settings ({', '.join(changed)} "
                          f"differ); give the same options, or a new --out")
-    return read_table(out_dir / TABLE_FILE) if (out_dir / TABLE_FILE).is_file() else []
+    return read_table(out_dir / TABLE_FILE), read_rows(out_dir / TUNING_FILE, tuning_key)
 
 
-def table_text(rows: list[dict[str, object]]) -> str:
+def csv_text(rows: list[dict[str, object]], columns: list[str]) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, COLUMNS, extrasaction="ignore")
+    writer = csv.DictWriter(buffer, columns, extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
 
 
-def _run_packed(packed: tuple[Study, Cell]) -> dict[str, object]:
-    return run_cell(*packed)
+def _run_task(task: Task) -> dict[str, object]:
+    return run_tuning(task[0], task[1]) if len(task) == 2 else run_cell(*task)
 
 
-def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, object]]) -> list[dict[str, object]]:
-    """Run every cell of the study not in `done` (on `workers` processes; 1: in this process), keeping
-    table.csv current; return done + the new rows."""
-    finished = {row_key(row) for row in done}
-    todo = [(study, cell) for cell in cells(study) if cell.key not in finished]
-    rows = list(done)
-    write_atomically(out_dir / TABLE_FILE, table_text(rows))
-    if workers == 1 or len(todo) <= 1:
-        return _collect(map(_run_packed, todo), rows, out_dir, len(todo))
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@contextmanager
+def _mapper(workers: int) -> Iterator[Callable[[list[Task]], Iterable[dict[str, object]]]]:
+    """map over tasks in this process (workers 1) or, unordered, on a pool of single-threaded workers."""
+    if workers == 1:
+        yield lambda tasks: map(_run_task, tasks)
+        return
     with multiprocessing.get_context("spawn").Pool(workers, initializer=_init_worker) as pool:
-        return _collect(pool.imap_unordered(_run_packed, todo), rows, out_dir, len(todo))
+        yield lambda tasks: pool.imap_unordered(_run_task, tasks)
 
 
-def _collect(results: Iterable[dict[str, object]], rows: list[dict[str, object]], out_dir: Path,
-             total: int) -> list[dict[str, object]]:
-    """Append each finished row, rewrite table.csv, print progress with the time left (mean wall time
-    per finished cell so far times the cells left)."""
-    start, count = time.perf_counter(), 0
-    for row in results:
-        rows.append(row)
-        count += 1
-        write_atomically(out_dir / TABLE_FILE, table_text(rows))
-        elapsed = time.perf_counter() - start
-        left = elapsed / count * (total - count)
-        accuracy = row.get("accuracy")
-        shown = f"accuracy {accuracy:.4f}" if isinstance(accuracy, float) else str(row["status"])
-        epsilon = float(str(row["epsilon"]))
-        print(f"[{count}/{total}, {elapsed / 60:.1f} min, about {left / 60:.1f} min left] beta={row['beta']} "
-              f"{row['mechanism']} eps={'inf' if math.isinf(epsilon) else f'{epsilon:g}'} seed {row['seed']}: "
-              f"{shown} ({float(str(row['seconds'])):.0f} s)", file=sys.stderr, flush=True)
-    return rows
+class Progress:
+    """Progress lines over every run of this invocation: runs done of the total, and the time left from
+    the mean wall time per finished run so far."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.start = total, 0, time.perf_counter()
+
+    def report(self, what: str, outcome: str, seconds: float) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        print(f"[{self.done}/{self.total}, {elapsed / 60:.1f} min, about {left / 60:.1f} min left] {what}: "
+              f"{outcome} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+
+
+def _eps(value: object) -> str:
+    epsilon = float(str(value))
+    return "inf" if math.isinf(epsilon) else f"{epsilon:g}"
+
+
+def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, object]],
+            tuned: list[dict[str, object]]) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Run every tuning run not in `tuned`, then every cell not in `done` (on `workers` processes; 1: in
+    this process), keeping tuning.csv and table.csv current; return both files' rows."""
+    finished_tuning = {tuning_key(row) for row in tuned}
+    tuning_todo: list[Task] = [(study, run) for run in tuning_runs(study) if run.key not in finished_tuning]
+    finished = {row_key(row) for row in done}
+    todo = [cell for cell in cells(study) if cell.key not in finished]
+    progress = Progress(len(tuning_todo) + len(todo))
+    tuning_rows, rows = list(tuned), list(done)
+    write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS))
+    write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS))
+    with _mapper(workers if len(tuning_todo) + len(todo) > 1 else 1) as mapper:
+        for row in mapper(tuning_todo):
+            tuning_rows.append(row)
+            write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS))
+            shown = (f"validation balanced accuracy {row['balanced_accuracy']:.4f}" if row["status"] == "ok"
+                     else str(row["status"]))
+            progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} rate "
+                            f"{row['learning_rate']:g} seed {row['seed']}", shown, float(str(row["seconds"])))
+        chosen = chosen_rates(study, tuning_rows)
+        tasks: list[Task] = [(study, cell, *_rate(study, cell, chosen)) for cell in todo]
+        for row in mapper(tasks):
+            rows.append(row)
+            write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS))
+            accuracy = row.get("accuracy")
+            shown = f"accuracy {accuracy:.4f}" if isinstance(accuracy, float) else str(row["status"])
+            progress.report(f"beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} seed {row['seed']} "
+                            f"rate {row['learning_rate']:g}", shown, float(str(row["seconds"])))
+    return rows, tuning_rows
+
+
+def _rate(study: Study, cell: Cell, chosen: dict[tuple[str, str, float], float]) -> tuple[float, str]:
+    """The cell's rate and where it comes from: its flag, or the tuning runs' choice."""
+    given = given_rate(study, cell.mechanism)
+    if given is not None:
+        return given, "flag"
+    return chosen[(cell.partition, cell.mechanism, cell.epsilon)], "validation"

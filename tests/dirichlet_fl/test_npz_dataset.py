@@ -166,14 +166,14 @@ def test_bench_accuracy_runs_on_an_npz_and_refuses_a_bad_one_before_any_run(
     derma_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     options = ["--splits", "central", "--mechanisms", "none", "--seeds", "1", "--epsilons", "1", "--rounds", "1",
-               "--workers", "1", "--batch-size", "16"]
+               "--workers", "1", "--batch-size", "16", "--learning-rate", "0.05"]
     out = tmp_path / "bench"
     assert main(["bench", "accuracy", "--dataset", "npz", "--data-path", str(derma_file), *options,
                  "--out", str(out)]) == 0
-    with open(out / "runs.csv", newline="") as handle:
+    with open(out / "table.csv", newline="") as handle:
         (row,) = list(csv.DictReader(handle))
     assert row["status"] == "ok" and 0.0 <= float(row["accuracy"]) <= 1.0
-    assert json.loads((out / "sweep.json").read_text())["data_path"] == str(derma_file)
+    assert json.loads((out / "study.json").read_text())["data_path"] == str(derma_file.resolve())
     capsys.readouterr()
 
     bad = write_npz(tmp_path / "bad.npz", broken("empty test"))
@@ -182,7 +182,7 @@ def test_bench_accuracy_runs_on_an_npz_and_refuses_a_bad_one_before_any_run(
                  "--out", str(bad_out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"dirichlet-fl bench accuracy: error: data-path {bad}: test_images and test_labels hold no examples"]
-    assert not (bad_out / "runs.csv").exists()
+    assert not (bad_out / "table.csv").exists()
 
 
 def test_a_simulated_federation_trains_on_an_npz(derma_file: Path, tmp_path: Path) -> None:

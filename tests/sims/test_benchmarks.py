@@ -17,7 +17,6 @@ from flwr.app import ArrayRecord, ConfigRecord
 from cli import bench
 from cli.main import OneLineErrorParser
 from dirichlet_fl.config import RunConfig
-from sims import accuracy_vs_epsilon
 from strategies.private_fedavg import PrivateFedAvg, seeded_sample
 from tests.helpers import set_task_identity
 
@@ -85,68 +84,104 @@ def test_simulation_loop_reproduces_flower(tmp_path: Path, capsys: pytest.Captur
     assert set(report["targets"]) == {"overhead_seconds_per_round", "flower_peak_rss_bytes"}
 
 
-def test_accuracy_sweep_writes_table_plot_and_unreachable_cells(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    argv = ["accuracy", "--dataset", "digits", "--num-clients", "2", "--seeds", "1", "--epsilons", "0.001,4",
-            "--rounds", "1", "--local-epochs", "0.5", "--splits", "iid,central", "--mechanisms", "none,dirichlet",
-            "--workers", "1", "--out", str(tmp_path)]
+ACCURACY = ["accuracy", "--dataset", "digits", "--data-root", "", "--num-clients", "2", "--seeds", "1", "--rounds", "1",
+            "--local-epochs", "0.5", "--workers", "1"]
+"""A tiny `bench accuracy` on digits (its preset's data set, MNIST t10k, is not in the tests)."""
+
+
+def test_accuracy_is_a_study_preset_writing_the_studys_outputs(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*ACCURACY, "--epsilons", "4", "--splits", "iid,noniid,central", "--mechanisms", "none,dirichlet",
+            "--learning-rate", "0.05", "--rate-grid", "dirichlet=0.05/0.1", "--out", str(tmp_path)]
     report = run_bench(argv, capsys)
 
-    cells = {(e["split"], e["mechanism"], e["epsilon"]): e for e in report["table"]}
-    assert set(cells) == {(s, m, e) for s in ("iid", "central") for m, e in
-                          (("none", "inf"), ("dirichlet", 0.001), ("dirichlet", 4.0))}
-    for split in ("iid", "central"):
-        unreachable = cells[(split, "dirichlet", 0.001)]
-        assert unreachable["status"] == "unreachable" and unreachable["floor"] >= 0.001
-        assert 0.0 <= cells[(split, "dirichlet", 4.0)]["mean"] <= 1.0
-    for name in ("runs.csv", "table.csv", "table.md", "accuracy_vs_epsilon.png", "sweep.json"):
+    assert (report["cells"], report["rows"], report["tuning_runs"]) == (6, 6, 6)  # 3 splits x (none, eps 4)
+    for name in ("table.csv", "table.md", "tuning.csv", "study.json", "accuracy_vs_epsilon.png", "client_spread.png",
+                 "partition-iid.png", "partition-0.3.png", "partition-central.png"):
         assert (tmp_path / name).stat().st_size > 0, name
-    table = (tmp_path / "table.md").read_text()
-    assert "eps (delta=1e-05)" in table and "unreachable (floor" in table
-    runs = (tmp_path / "runs.csv").read_text().splitlines()
-    assert len(runs) == 1 + 6
-    spent = [float(line.split(",")[7]) for line in runs[1:] if ",dirichlet,4.0," in line]
-    assert spent and all(0 < eps <= 4.0 for eps in spent)
-    with open(tmp_path / "curves.csv", newline="") as handle:
-        curves = list(csv.DictReader(handle))
-    assert len(curves) == 4  # the 4 runs that trained, 1 round each; the unreachable cells have none
-    assert all(0.0 <= float(row["confidence"]) <= 1.0 and row["round"] == "1" for row in curves)
+    with open(tmp_path / "table.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(r["beta"], r["mechanism"]) for r in rows} == {(p, m) for p in ("iid", "0.3", "central")
+                                                           for m in ("none", "dirichlet")}
+    for row in rows:
+        assert 0 <= float(row["balanced_accuracy"]) <= 1 and 0 <= float(row["macro_auc"]) <= 1
+        assert 0 <= float(row["min_class_recall"]) <= float(row["balanced_accuracy"]) + 1e-9
+        source = "flag" if row["mechanism"] == "none" else "validation"
+        assert row["rate_source"] == source and float(row["learning_rate"]) in (0.05, 0.1)
+    assert all(0 < float(r["max_client_epsilon"]) <= 4.0 for r in rows if r["mechanism"] == "dirichlet")
+    study = json.loads((tmp_path / "study.json").read_text())
+    assert (study["dirichlet_weighting"], study["dirichlet_weight_cap"], study["rate_grid"]) == (
+        "normalized", 20.0, "dirichlet=0.05/0.1")
+    assert report["config"]["partitions"] == ["iid", "0.3", "central"] and len(report["rates"]) == 3
 
 
-def test_accuracy_sweep_resumes_without_rerunning_finished_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    argv = ["accuracy", "--dataset", "digits", "--num-clients", "2", "--seeds", "2", "--rounds", "1",
-            "--local-epochs", "0.25", "--splits", "iid", "--mechanisms", "none", "--workers", "1",
-            "--out", str(tmp_path)]
+def test_accuracy_refuses_an_eps_below_the_floor_before_any_run(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    parser = OneLineErrorParser(prog="dirichlet-fl")
+    bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
+    args = parser.parse_args(["bench", *ACCURACY, "--epsilon", "0.001,4", "--splits", "central", "--mechanisms",
+                              "dirichlet", "--out", str(tmp_path)])
+    assert args.func(args) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "--epsilons: eps=0.001 is at or below the Theorem 10 floor" in error
+    assert not (tmp_path / "table.csv").exists() and not (tmp_path / "tuning.csv").exists()
+
+
+def test_accuracy_resumes_without_rerunning_finished_cells(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = [*ACCURACY, "--seeds", "2", "--local-epochs", "0.25", "--splits", "iid", "--mechanisms", "none",
+            "--learning-rate", "0.05", "--out", str(tmp_path)]
     first = run_bench(argv, capsys)
-    runs = (tmp_path / "runs.csv").read_text()
+    table = (tmp_path / "table.csv").read_text()
 
-    again = run_bench([*argv, "--resume"], capsys)
-    assert first["resumed_runs"] == 0 and again["resumed_runs"] == again["runs"] == 2
-    assert (tmp_path / "runs.csv").read_text() == runs and again["table"] == first["table"]
+    from sims.study import cell as study_cell
 
-    narrowed = run_bench([*argv[:6], "1", *argv[7:], "--resume"], capsys)  # --seeds 1: the grid shrinks
-    assert narrowed["runs"] == 1 and (tmp_path / "runs.csv").read_text() == runs  # nothing lost, nothing rerun
-    assert "(1 of" not in (tmp_path / "table.md").read_text()
-    run_bench([*argv, "--resume"], capsys)  # back to 2 seeds: sweep.json as at first
-    (tmp_path / "runs.csv").write_text("".join(runs.splitlines(keepends=True)[:-1]))  # as if stopped after 1 run
+    with monkeypatch.context() as patch:
+        patch.setattr(study_cell, "run_fedavg", lambda *_: (_ for _ in ()).throw(AssertionError("reran")))
+        again = run_bench([*argv, "--resume"], capsys)
+    assert first["resumed"] == 0 and again["resumed"] == again["rows"] == 2
+    assert (tmp_path / "table.csv").read_text() == table and again["table"] == first["table"]
+    (tmp_path / "table.csv").write_text("".join(table.splitlines(keepends=True)[:-1]))  # as if stopped after 1 cell
     partial = run_bench([*argv, "--table-only"], capsys)
-    assert partial["runs"] == 1 and "(1 of 2 seeds)" in (tmp_path / "table.md").read_text()
+    assert partial["rows"] == 1 and "| iid | none | inf | 1 |" in (tmp_path / "table.md").read_text()
 
     parser = OneLineErrorParser(prog="dirichlet-fl")
     bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
     args = parser.parse_args(["bench", *argv[:-2], "--rounds", "2", "--out", str(tmp_path), "--resume"])
     assert args.func(args) == 2
-    assert "describes another sweep (rounds differ)" in capsys.readouterr().err
+    assert "other settings (--rounds differ)" in capsys.readouterr().err
 
 
-def test_accuracy_sweep_runs_the_baselines_and_eps_1_and_4_first() -> None:
-    sweep = accuracy_vs_epsilon.Sweep(epsilons=(0.5, 1.0, 2.0, 4.0, 8.0), seeds=(0,))
-    order = [cell.epsilon for cell in accuracy_vs_epsilon.cells(sweep)]
-    first_wave = len(sweep.splits) * (1 + 2 * 2)  # none, and Dirichlet and DP-SGD at eps 1 and 4, per split
+def test_accuracy_presets_map_onto_the_study() -> None:
+    """The bench's defaults (MNIST t10k, batch 32, every split at eps 0.5-8, rates tuned) and --quick (the
+    app's digits job and rates, one seed, eps 1 and 4), each overridden by a flag given beside it."""
+    from sims.study.bench_preset import study_args
+    from sims.study.plan import cells
+    from sims.study.tuning import parse_rate_grid, tuning_runs
+
+    parser = bench.benchmark_parser("accuracy", OneLineErrorParser)
+    full = study_args(parser.parse_args([]))
+    assert (full.dataset, full.data_root, full.batch_size, full.rounds, full.seeds) == (
+        "mnist-idx", "data/mnist-t10k", 32, 20, 3)
+    assert full.betas == "iid,0.3,central" and full.epsilons == "0.5,1,2,4,8"
+    assert full.learning_rate is full.dirichlet_learning_rate is full.dpsgd_learning_rate is None
+    assert (full.dirichlet_weighting, full.dirichlet_weight_cap) == ("normalized", 20.0)
+    quick = study_args(parser.parse_args(["--quick", "--seeds", "2"]))
+    app = RunConfig()
+    assert (quick.dataset, quick.model, quick.rounds, quick.batch_size) == (
+        app.data.dataset, app.model, app.num_server_rounds, app.batch_size)
+    assert (quick.seeds, quick.epsilons, quick.learning_rate, quick.dirichlet_weighting) == (
+        2, "1,4", app.lr.rate, app.dirichlet_weighting)
+
+    from sims.study.plan import Study
+
+    study = Study(partitions=("iid", "0.3", "central"), epsilons=(0.5, 1.0, 2.0, 4.0, 8.0), seeds=(0,),
+                  rate_grid="none=0.05,dirichlet=0.05/0.1,dpsgd=0.1")
+    order = [cell.epsilon for cell in cells(study)]
+    first_wave = 3 * (1 + 2 * 2)  # none, and Dirichlet and DP-SGD at eps 1 and 4, per split
     assert set(order[:first_wave]) == {math.inf, 1.0, 4.0} and set(order[first_wave:]) == {0.5, 2.0, 8.0}
+    assert len(tuning_runs(study)) == 3 * (1 + 5 * 2 + 5)  # len(grid) runs per cell of seed 0
+    assert parse_rate_grid("")["dpsgd"] == (0.05, 0.1, 0.2)
 
 
 def test_gpu_benchmark_smoke_runs_on_cpu_with_synthetic_data(

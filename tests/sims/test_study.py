@@ -4,6 +4,7 @@ lines (each before any training), the per-client accuracy and the cell order."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from cli.main import main
 from sims.study import cell as study_cell
+from sims.study import tuning as study_tuning
 from sims.study.cell import COLUMNS, client_accuracies
 from sims.study.plan import Study, cells, parse_partition
 from sims.study.runner import read_table
@@ -35,15 +37,17 @@ def write_dermamnist(path: Path, sizes: tuple[int, int, int] = (84, 14, 35), see
 
 
 TINY = ["--num-clients", "2", "--epsilons", "8", "--mechanisms", "none,dirichlet", "--seeds", "1",
-        "--rounds", "1", "--local-epochs", "0.5"]
+        "--rounds", "1", "--local-epochs", "0.5", "--learning-rate", "0.05", "--dirichlet-learning-rate", "0.05"]
+"""A tiny study with both rates given (nothing tuned: tests/sims/test_study_tuning.py tunes)."""
 
 
 @pytest.fixture
 def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail the test if any cell starts training."""
+    """Fail the test if any cell or tuning run starts training."""
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("training started")
     monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
 
 
 def test_a_tiny_study_writes_the_table_and_pictures_and_resume_adds_no_row(tmp_path: Path,
@@ -60,6 +64,7 @@ def test_a_tiny_study_writes_the_table_and_pictures_and_resume_adds_no_row(tmp_p
         ("0.3", "dirichlet"), ("0.3", "none"), ("iid", "dirichlet"), ("iid", "none")]
     for row in rows:
         assert row["status"] == "ok" and 0 <= float(row["accuracy"]) <= 1
+        assert (row["rate_source"], row["learning_rate"]) == ("flag", "0.05")
         assert float(row["worst_client_accuracy"]) <= float(row["median_client_accuracy"])
         assert len(row["client_accuracies"].split(";")) == 2
     private = [r for r in rows if r["mechanism"] == "dirichlet"]
@@ -67,6 +72,9 @@ def test_a_tiny_study_writes_the_table_and_pictures_and_resume_adds_no_row(tmp_p
     for picture in ("accuracy_vs_epsilon.png", "client_spread.png", "partition-0.3.png", "partition-iid.png"):
         assert (out / picture).stat().st_size > 1000
     assert "| 0.3 | dirichlet | 8 | 1 |" in (out / "table.md").read_text()
+    recorded = json.loads((out / "study.json").read_text())
+    assert recorded["data_root"] == "" and recorded["data_path"] == str(data.resolve())  # what the user gave
+    assert (recorded["dirichlet_weighting"], recorded["dirichlet_weight_cap"]) == ("normalized", 20.0)
 
     monkeypatch.setattr(study_cell, "run_fedavg", lambda *_: (_ for _ in ()).throw(AssertionError("reran")))
     assert main([*argv, "--resume"]) == 0
@@ -80,6 +88,12 @@ def test_a_tiny_study_writes_the_table_and_pictures_and_resume_adds_no_row(tmp_p
     (["--num-clients", "500"], "--num-clients=500"),
     (["--epsilons", "0.0005"], "--epsilons: eps=0.0005 is at or below the Theorem 10 floor"),
     (["--mechanisms", "none,laplace"], "--mechanisms="),
+    (["--rate-grid", "laplace=0.1"], "--rate-grid: unknown mechanism 'laplace'"),
+    (["--rate-grid", "none=0"], "--rate-grid none=0 is out of range"),
+    (["--rate-grid", "dpsgd=0.1/-1"], "--rate-grid dpsgd=0.1/-1 is out of range"),
+    (["--rate-grid", "none=fast"], "--rate-grid none 'fast' is invalid"),
+    (["--rate-grid", "none"], "--rate-grid item 'none' is invalid"),
+    (["--learning-rate", "0"], "--learning-rate=0.0 is out of range"),
 ])
 def test_bad_input_is_one_line_naming_the_flag_before_training(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], no_training: None, change: list[str], flag: str) -> None:
@@ -153,13 +167,16 @@ def test_the_docs_table_is_the_committed_smoke_study() -> None:
 
 def test_the_dermamnist_paper_preset_is_the_papers_setting_and_flags_override_it(tmp_path: Path) -> None:
     from cli.main import build_parser
-    from cli.study import apply_preset, study_of
+    from cli.study import apply_preset
+    from sims.study.options import study_of
 
     data = write_dermamnist(tmp_path / "dermamnist.npz")
     args = build_parser().parse_args(["study", "--preset", "dermamnist-paper", "--data-path", str(data),
                                       "--device", "cpu", "--seeds", "1"])
     apply_preset(args)
-    study = study_of(args, tmp_path / "out")
+    study = study_of(args)
     assert (study.dataset, study.model, study.batch_size, study.rounds) == ("dermamnist", "resnet9", 70, 60)
     assert study.epsilons == (1.0, 2.0, 4.0, 8.0) and study.partitions == ("central", "iid", "0.3")
     assert (study.device, study.seeds) == ("cpu", (0,))
+    assert study.learning_rate is study.dirichlet_learning_rate is study.dpsgd_learning_rate is None  # all tuned
+    assert study.rate_grid == "none=0.02/0.05/0.1,dirichlet=0.02/0.05/0.1,dpsgd=0.05/0.1/0.2"

@@ -1,0 +1,68 @@
+"""The Study that command-line options describe (`dirichlet-fl study` and the `bench accuracy` preset),
+with one ValueError line naming the flag and its valid range for anything out of range."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dirichlet_fl.data import NPZ, dataset_num_classes
+from sims.study.data_file import check_medmnist_layout
+from sims.study.plan import MECHANISMS, RATE_FLAGS, Study, parse_partition
+from sims.study.tuning import grid_text, parse_rate_grid
+
+
+def numbers(flag: str, text: str, kind: type = float) -> tuple:
+    """Comma-separated numbers; ValueError naming `flag` for anything else."""
+    try:
+        return tuple(kind(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise ValueError(f"{flag}={text!r} is invalid: give comma-separated numbers") from None
+
+
+def partitions_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The partitions of --betas, --classes-per-client and --site-file, each once, in that order."""
+    partitions = [parse_partition(word.strip()) for word in args.betas.split(",") if word.strip()]
+    partitions += [f"classes={k}" for k in numbers("--classes-per-client", args.classes_per_client, int)]
+    partitions += ["natural"] if args.site_file else []
+    if any(p.startswith("classes=") and int(p.split("=")[1]) < 1 for p in partitions):
+        raise ValueError(f"--classes-per-client={args.classes_per_client!r}: each K must be >= 1")
+    return tuple(dict.fromkeys(partitions))
+
+
+def _check_ranges(args: argparse.Namespace, partitions: tuple, epsilons: tuple, mechanisms: tuple) -> None:
+    checks = [("--betas", bool(partitions), "give at least one beta or partition word"),
+              ("--epsilons", bool(epsilons) and min(epsilons) > 0, "give eps values > 0"),
+              ("--mechanisms", bool(mechanisms) and set(mechanisms) <= set(MECHANISMS),
+               "a subset of none,dirichlet,dpsgd"),
+              ("--seeds", args.seeds >= 1, "give >= 1"), ("--workers", args.workers >= 1, "give >= 1"),
+              ("--num-clients", args.num_clients >= 2, "give >= 2")]
+    for flag, ok, fix in checks:
+        if not ok:
+            raise ValueError(f"{flag}={getattr(args, flag[2:].replace('-', '_'))!r} is out of range: {fix}")
+    for flag in RATE_FLAGS.values():
+        rate = getattr(args, flag[2:].replace("-", "_"))
+        if rate is not None and not rate > 0:
+            raise ValueError(f"{flag}={rate!r} is out of range: give a rate > 0, or leave it out to tune it")
+
+
+def study_of(args: argparse.Namespace) -> Study:
+    """The Study the options describe (a rate flag not given: None, tuned on the validation split)."""
+    partitions = partitions_of(args)
+    epsilons = tuple(sorted(set(numbers("--epsilons", args.epsilons))))
+    mechanisms = tuple(dict.fromkeys(m.strip() for m in args.mechanisms.split(",") if m.strip()))
+    _check_ranges(args, partitions, epsilons, mechanisms)
+    grid = parse_rate_grid(args.rate_grid)
+    rates = {m: getattr(args, flag[2:].replace("-", "_")) for m, flag in RATE_FLAGS.items()}
+    if args.data_path and args.dataset != NPZ:
+        check_medmnist_layout(Path(args.data_path), dataset_num_classes(args.dataset))
+    return Study(dataset=args.dataset, data_root=args.data_root,
+                 data_path=str(Path(args.data_path).resolve()) if args.data_path else "",
+                 num_clients=args.num_clients, partitions=partitions, site_file=args.site_file, epsilons=epsilons,
+                 mechanisms=mechanisms, seeds=tuple(range(args.seeds)), model=args.model, rounds=args.rounds,
+                 local_epochs=args.local_epochs, batch_size=args.batch_size, learning_rate=rates["none"],
+                 dirichlet_learning_rate=rates["dirichlet"], dpsgd_learning_rate=rates["dpsgd"],
+                 rate_grid=grid_text(grid, tuple(m for m in mechanisms if rates[m] is None)),
+                 learning_rate_mode=args.learning_rate_mode, validation=args.validation, norm=args.norm,
+                 dirichlet_weighting=args.dirichlet_weighting, dirichlet_weight_cap=args.dirichlet_weight_cap,
+                 device=args.device)

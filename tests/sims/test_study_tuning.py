@@ -1,0 +1,154 @@
+"""The study's rate tuning: on the validation split only (never the test split), the tie rule, --resume
+without reruns or duplicate rows, and a given rate flag skipping tuning for its mechanism."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli.main import main
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.data import load_dataset
+from dirichlet_fl.split import federated_split
+from sims.fedavg_loop import LoopResult, run_fedavg
+from sims.study import cell as study_cell
+from sims.study import tuning as study_tuning
+from sims.study.runner import TUNING_FILE
+from sims.study.tuning import choose_rate
+from tests.sims.test_study import write_dermamnist
+
+TINY = ["--num-clients", "2", "--epsilons", "8", "--seeds", "2", "--rounds", "1", "--local-epochs", "0.5"]
+
+
+def tuning_rows(out: Path) -> list[dict[str, str]]:
+    with open(out / TUNING_FILE, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def refuse(*_: object, **__: object) -> None:
+    raise AssertionError("training started")
+
+
+def rows_of(images: object) -> set[bytes]:
+    """Each image's bytes: the identity of an example across loads of the same file."""
+    return {row.numpy().tobytes() for row in images}  # type: ignore[attr-defined]
+
+
+def test_tuning_trains_and_evaluates_inside_the_training_data_never_on_the_test_split(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_dermamnist(tmp_path / "d.npz")
+    seen: list[tuple[RunConfig, int]] = []
+
+    def spy(config: RunConfig, clients: int) -> LoopResult:
+        seen.append((config, clients))
+        return run_fedavg(config, clients)
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", spy)
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "iid,central", *TINY, "--mechanisms", "none",
+            "--rate-grid", "none=0.05/0.1", "--out", str(out)]
+    assert main(argv) == 0
+
+    assert len(seen) == 4 and {c.seed for c, _ in seen} == {0}  # 2 partitions x 2 rates, seed 0 only
+    config0 = seen[0][0]
+    raw = load_dataset(config0.data.dataset, config0.data.root or None)
+    train, test = rows_of(raw.train_x), rows_of(raw.test_x)
+    for config, clients in seen:
+        split = federated_split(config.split_spec(clients))
+        evaluated = rows_of(split.data.test_x)
+        trained = rows_of(split.data.train_x[np.concatenate(split.train_parts)])
+        assert evaluated and evaluated <= train and not evaluated & test  # within the training data only
+        assert not evaluated & trained  # held out from the tuning run's own training
+        assert len(evaluated) + len(trained) == len(train)
+    rows = tuning_rows(out)
+    assert len(rows) == 4 and {r["evaluated_on"] for r in rows} == {"validation"}
+    with open(out / "table.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    chosen = {r["beta"]: choose_rate([x for x in rows if x["beta"] == r["beta"]]) for r in table}
+    for row in table:
+        assert row["rate_source"] == "validation" and float(row["learning_rate"]) == chosen[row["beta"]]
+
+
+def test_the_smallest_rate_within_one_point_of_the_best_is_chosen() -> None:
+    def rows(*pairs: tuple[float, object], status: str = "ok") -> list[dict[str, object]]:
+        return [{"learning_rate": rate, "balanced_accuracy": score, "status": status} for rate, score in pairs]
+
+    assert choose_rate(rows((0.02, 0.800), (0.05, 0.809), (0.1, 0.805))) == 0.02
+    assert choose_rate(rows((0.1, 0.81), (0.05, 0.80), (0.2, 0.2))) == 0.05  # exactly one point: a tie
+    assert choose_rate(rows((0.02, 0.70), (0.05, 0.80), (0.1, 0.795))) == 0.05
+    assert choose_rate(rows((0.1, 0.9), (0.02, "nan")) + rows((0.01, 0.95), status="no-rounds")) == 0.1
+    with pytest.raises(ValueError, match="no tuning run finished"):
+        choose_rate(rows((0.1, ""), (0.2, "nan")))
+
+
+def test_resume_never_reruns_or_duplicates_a_tuning_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_dermamnist(tmp_path / "d.npz")
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "iid", *TINY, "--mechanisms", "none",
+            "--rate-grid", "none=0.05/0.1", "--seeds", "1", "--out", str(out)]
+    assert main(argv) == 0
+    first = (out / TUNING_FILE).read_text()
+    lines = first.splitlines(keepends=True)
+    assert len(lines) == 3
+    (out / TUNING_FILE).write_text("".join(lines[:2] + lines[1:2]))  # stopped after one run, its row twice
+    (out / "table.csv").write_text((out / "table.csv").read_text().splitlines(keepends=True)[0])
+
+    calls: list[float] = []
+
+    def counting(config: RunConfig, clients: int) -> LoopResult:
+        calls.append(config.lr.rate)
+        return run_fedavg(config, clients)
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", counting)
+    assert main([*argv, "--resume"]) == 0
+    assert calls == [float(lines[2].split(",")[4])]  # only the missing rate ran
+    again = tuning_rows(out)
+    assert len(again) == 2 and len({r["learning_rate"] for r in again}) == 2
+    finished = (out / TUNING_FILE).read_text()
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    assert main([*argv, "--resume"]) == 0
+    assert (out / TUNING_FILE).read_text() == finished
+
+
+def test_resume_refuses_another_rate_grid(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_dermamnist(tmp_path / "d.npz")
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "iid", *TINY, "--mechanisms", "none", "--seeds", "1",
+            "--rate-grid", "none=0.1", "--out", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
+    assert main([*argv, "--rate-grid", "none=0.05/0.1", "--resume"]) == 2
+    error = capsys.readouterr().err
+    assert "(--rate-grid differ)" in error and error.count("\n") == 1
+
+
+def test_a_given_rate_flag_skips_tuning_for_its_mechanism(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_dermamnist(tmp_path / "d.npz")
+    tuned: list[str] = []
+
+    def spy(config: RunConfig, clients: int) -> LoopResult:
+        tuned.append(config.mechanism)
+        return run_fedavg(config, clients)
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", spy)
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "iid", *TINY, "--seeds", "1", "--mechanisms",
+            "none,dirichlet", "--learning-rate", "0.07", "--rate-grid", "dirichlet=0.05", "--out", str(out)]
+    assert main(argv) == 0
+    assert tuned == ["dirichlet"]  # none's rate was given
+    with open(out / "table.csv", newline="") as handle:
+        sources = {(r["mechanism"], r["rate_source"], r["learning_rate"]) for r in csv.DictReader(handle)}
+    assert sources == {("none", "flag", "0.07"), ("dirichlet", "validation", "0.05")}
+    assert [r["mechanism"] for r in tuning_rows(out)] == ["dirichlet"]
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
+    given = ["--dirichlet-learning-rate", "0.05", "--out", str(tmp_path / "given")]
+    assert main([*argv[:-2], *given]) == 0
+    assert tuning_rows(tmp_path / "given") == []
