@@ -20,7 +20,8 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from torch import Tensor, nn
 
 from client.round import Client, shard_of, train_round
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.client_plan import too_small_to_train
+from dirichlet_fl.config import SYNTHETIC, RunConfig
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.metrics import evaluate, evaluate_model, true_class_confidence
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
@@ -85,7 +86,8 @@ class FedAvgLoop:
         self.config = config
         self.num_clients = num_clients
         self.shards = dict(shards or {})
-        data = federated_split(config.split_spec(num_clients)).data
+        split = federated_split(config.split_spec(num_clients))
+        data = split.data
         device = resolve_device(config.device)
         self.model = initial_model(config, data).to(device)
         self.test_x, self.test_y = data.test_x.to(device), data.test_y.to(device)
@@ -94,6 +96,9 @@ class FedAvgLoop:
         self.parameters: dict[int, dict[str, float]] = {}
         self.exhausted: set[int] = set()
         self.failures: dict[int, str] = {}
+        sits_out = not shards and config.data.dataset != SYNTHETIC
+        self.skipped: set[int] = set(too_small_to_train(config, split)) if sits_out else set()
+        """Clients whose shard is not larger than a batch: never sampled, as the app's server skips them."""
 
     def _client(self, partition_id: int) -> Client:
         epsilon = self.config.target_epsilon_for(partition_id, self.num_clients)
@@ -102,7 +107,7 @@ class FedAvgLoop:
     def _round_updates(self, server_round: int) -> tuple[list[RecordDict], int, int] | None:
         """Train the sampled clients (client.round.train_round, as the ClientApp does); None when no client
         can train (the run ends)."""
-        eligible = [c for c in range(self.num_clients) if c not in self.exhausted]
+        eligible = [c for c in range(self.num_clients) if c not in self.exhausted and c not in self.skipped]
         if not eligible:
             return None
         chosen = seeded_sample((self.config.seed, "train", server_round), eligible, self.num_clients,

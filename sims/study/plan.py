@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from dirichlet_fl.client_plan import mechanism_spec
+from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
 from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
 from dirichlet_fl.data import NPZ, load_dataset
 from dirichlet_fl.split import FederatedSplit, federated_split
@@ -162,12 +162,19 @@ def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = 
 
 
 def client_floor(config: RunConfig, clients: int) -> float:
-    """The largest Theorem 10 floor over the run's clients (each has its own q and T)."""
+    """The largest Theorem 10 floor over the run's clients that can train (each has its own q and T); a
+    client whose shard is not larger than the batch sits out, as in the app (too_small_to_train)."""
     split = federated_split(config.split_spec(clients))
+    sitting_out = too_small_to_train(config, split)
     floors = []
     for partition_id, part in enumerate(split.train_parts):
+        if partition_id in sitting_out:
+            continue
         spec = mechanism_spec(config, partition_id, len(part), config.target_epsilon_for(partition_id, clients))
         floors.append(epsilon_floor(spec.sample_rate, spec.planned_steps, PAPER_DELTA).epsilon)
+    if not floors:
+        raise ValueError(f"--batch-size={config.batch_size}: no client of this partition holds more "
+                         "examples than a batch, so none can train; lower --batch-size or --num-clients")
     return max(floors)
 
 

@@ -16,7 +16,10 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from cli import bench
 from cli.main import OneLineErrorParser
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.client_plan import too_small_to_train
+from dirichlet_fl.config import DataConfig, RunConfig
+from dirichlet_fl.split import federated_split
+from sims.fedavg_loop import FedAvgLoop
 from strategies.private_fedavg import PrivateFedAvg, seeded_sample
 from tests.helpers import set_task_identity
 
@@ -222,6 +225,19 @@ def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
                                             grid=None)  # type: ignore[arg-type]
         assert seeded_sample((7, "train", server_round), eligible, 10, fraction) == [
             strategy.partition_of[m.metadata.dst_node_id] for m in messages]
+
+
+def test_loop_leaves_out_clients_too_small_to_train_as_the_server_does() -> None:
+    """A label-skewed split with a client holding <= batch-size examples: the app's server never samples
+    it (too_small_to_train); the loop must not either, rather than count it as a failed client."""
+    config = RunConfig(data=DataConfig(partitioner="dirichlet", beta=0.05), batch_size=60, num_server_rounds=1,
+                       local_steps=1, fraction_evaluate=0.0, seed=3)
+    small = set(too_small_to_train(config, federated_split(config.split_spec(10))))
+    assert small and len(small) < 10  # the split has both kinds
+    loop = FedAvgLoop(config, 10)
+    record = loop.run_round(1)
+    assert record is not None and record.failed == 0 and record.trained == 10 - len(small)
+    assert loop.skipped == small and not loop.failures and not small & set(loop.epsilons)
 
 
 def test_finite_makes_strict_json() -> None:
