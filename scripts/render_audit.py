@@ -1,10 +1,11 @@
-"""Render the measured table of docs/audit.md from the committed results file of `dirichlet-fl
-audit-experiment` (its results.json), between the markers <!-- audit-table:begin --> and
-<!-- audit-table:end -->, so that the document cannot drift from the numbers (tests/test_audit_doc.py).
+"""Render the measured tables of docs/audit.md from the committed results files of `dirichlet-fl
+audit-experiment` (each run's results.json), each between its markers <!-- BLOCK:begin --> and
+<!-- BLOCK:end -->, so that the document cannot drift from the numbers (tests/test_audit_doc.py).
 
-    .venv/bin/python scripts/render_audit.py                  # from docs/audit-results/audit-experiment.json
-    .venv/bin/python scripts/render_audit.py RESULTS.json     # copy RESULTS.json there first, then render
-    .venv/bin/python scripts/render_audit.py --check          # exit 1 if docs/audit.md is out of date
+    .venv/bin/python scripts/render_audit.py                        # every block from docs/audit-results/
+    .venv/bin/python scripts/render_audit.py RESULTS.json           # publish RESULTS.json as the default run
+    .venv/bin/python scripts/render_audit.py --as paper RESULTS.json   # ... as the paper's-loss run
+    .venv/bin/python scripts/render_audit.py --check                # exit 1 if docs/audit.md is out of date
 """
 
 from __future__ import annotations
@@ -21,30 +22,43 @@ from dirichlet_fl.files import write_atomically  # noqa: E402  (after the path: 
 from sims.audit_tables import render_document  # noqa: E402
 
 DOCUMENT = ROOT / "docs" / "audit.md"
-RESULTS = ROOT / "docs" / "audit-results" / "audit-experiment.json"
+RESULTS_DIR = ROOT / "docs" / "audit-results"
+PUBLISHED = {"default": ("audit-table", "audit-experiment.json"),
+             "paper": ("audit-table-paper", "audit-experiment-paper.json")}
+"""Each published run: its block in docs/audit.md and its committed results file. `default` is the run
+with the app's default loss, `paper` the one with the paper's loss (Algorithm 1 as published)."""
+
+
+def render_all(document: str) -> str:
+    """`document` with every published run's block rendered from its committed results file."""
+    for block, file_name in PUBLISHED.values():
+        document = render_document(document, json.loads((RESULTS_DIR / file_name).read_text()), block)
+    return document
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("results", nargs="?", default=None, help="a results.json to commit as the published one")
+    parser.add_argument("results", nargs="?", default=None, help="a results.json to commit as a published one")
+    parser.add_argument("--as", dest="run", choices=sorted(PUBLISHED), default="default",
+                        help="which published run RESULTS.json replaces (default: default)")
     parser.add_argument("--check", action="store_true", help="only check that docs/audit.md is up to date")
     args = parser.parse_args(argv)
-    if args.results is not None and not args.check:
-        write_atomically(RESULTS, Path(args.results).read_bytes())
-    source = Path(args.results) if args.results is not None and args.check else RESULTS
     try:
-        rendered = render_document(DOCUMENT.read_text(encoding="utf-8"), json.loads(source.read_text()))
+        if args.results is not None and not args.check:
+            write_atomically(RESULTS_DIR / PUBLISHED[args.run][1], Path(args.results).read_bytes())
+        current = DOCUMENT.read_text(encoding="utf-8")
+        rendered = render_all(current)
     except (OSError, ValueError, KeyError) as error:
         print(f"render_audit: error: {error}", file=sys.stderr)
         return 2
     if args.check:
-        if rendered != DOCUMENT.read_text(encoding="utf-8"):
-            print(f"render_audit: {DOCUMENT} is out of date with {source}: run scripts/render_audit.py",
+        if rendered != current:
+            print(f"render_audit: {DOCUMENT} is out of date with {RESULTS_DIR}: run scripts/render_audit.py",
                   file=sys.stderr)
             return 1
         return 0
     write_atomically(DOCUMENT, rendered.encode())
-    print(f"rendered {source} into {DOCUMENT}")
+    print(f"rendered {', '.join(name for _, name in PUBLISHED.values())} into {DOCUMENT}")
     return 0
 
 

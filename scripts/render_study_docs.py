@@ -1,9 +1,9 @@
-"""Render docs/study.md's results table from a committed study folder (default docs/study-smoke).
+"""Render the study results tables of docs/study.md and README.md from committed study folders.
 
-The table sits between the markers `<!-- study-table:begin -->` and `<!-- study-table:end -->`; the
-text is sims.study.report.markdown_table of the folder's table.csv, so the docs cannot drift from
-the file (tests/sims/test_study.py checks). Run from the repository root:
-  .venv/bin/python scripts/render_study_docs.py [FOLDER]
+Each table sits between the markers `<!-- NAME:begin -->` and `<!-- NAME:end -->` of its document; the
+text is sims.study.report.markdown_table of the folder's table.csv, so the docs cannot drift from the
+files (tests/sims/test_study.py checks every target). Run from the repository root:
+  .venv/bin/python scripts/render_study_docs.py
 """
 
 from __future__ import annotations
@@ -11,24 +11,45 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-DOCS = Path("docs/study.md")
-BLOCK = "study-table"
+TARGETS = (
+    (Path("docs/study.md"), "study-table", Path("docs/study-smoke")),
+    (Path("docs/study.md"), "study-full-table", Path("docs/study-full")),
+    (Path("README.md"), "study-table", Path("docs/study-full")),
+)
+"""(document, block, study folder): the smoke study, and the full study on the DermaMNIST-shaped stand-in."""
+
+
+def cost(folder: Path) -> str:
+    """What the study's runs cost: the cells and tuning runs, and the sums of their wall and CPU seconds
+    (each run's own, as table.csv and tuning.csv record them; with several workers the runs overlap)."""
+    from sims.study.runner import TABLE_FILE, TUNING_FILE, read_rows, read_table
+    from sims.study.tuning import tuning_key
+
+    cells = read_table(folder / TABLE_FILE)
+    tuning = read_rows(folder / TUNING_FILE, tuning_key)
+    runs = cells + tuning
+    wall = sum(float(str(row["seconds"])) for row in runs) / 60
+    recorded = all(row.get("cpu_seconds") not in (None, "") for row in runs)  # older tables lack the column
+    cpu = f" and {sum(float(str(row['cpu_seconds'])) for row in runs) / 60:.0f} CPU min" if recorded else ""
+    return f"{len(cells)} cell runs and {len(tuning)} tuning runs: {wall:.0f} min of run wall time{cpu} in all."
 
 
 def rendered(folder: Path) -> str:
-    """The markdown table of the study in `folder`."""
+    """The markdown table of the study in `folder`, and its cost."""
     from sims.study.report import markdown_table
     from sims.study.runner import STUDY_FILE, TABLE_FILE, load_study, read_table
 
-    return markdown_table(read_table(folder / TABLE_FILE), load_study(folder / STUDY_FILE))
+    return (markdown_table(read_table(folder / TABLE_FILE), load_study(folder / STUDY_FILE)).rstrip("\n")
+            + "\n\n" + cost(folder) + "\n")
 
 
-def main(folder: Path = Path("docs/study-smoke")) -> None:
+def main() -> None:
     from scripts.doc_blocks import replace_block
 
-    replace_block(DOCS, BLOCK, rendered(folder))
+    for document, name, folder in TARGETS:
+        replace_block(document, name, rendered(folder))
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    main(*(Path(arg) for arg in sys.argv[1:2]))
+    main()

@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-BEGIN, END = "<!-- audit-table:begin -->", "<!-- audit-table:end -->"
-"""The markers in docs/audit.md between which scripts/render_audit.py writes the rendered results."""
 SPLIT_HALF = ("loss", "lira", "rmia")
 Row = dict[str, Any]
 
@@ -159,9 +157,11 @@ def results_markdown(results: dict[str, Any]) -> str:
     ])
 
 
-def render_document(document: str, results: dict[str, Any]) -> str:
-    """`document` with the text between BEGIN and END replaced by summary_markdown(results)."""
-    start, end = document.find(BEGIN), document.find(END)
+def render_document(document: str, results: dict[str, Any], block: str = "audit-table") -> str:
+    """`document` with the text between `<!-- block:begin -->` and `<!-- block:end -->` (the markers in
+    docs/audit.md that scripts/render_audit.py writes between) replaced by summary_markdown(results)."""
+    begin, end_marker = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+    start, end = document.find(begin), document.find(end_marker)
     if start < 0 or end < start:
-        raise ValueError(f"the document has no '{BEGIN}' ... '{END}' block to render the audit table into")
-    return f"{document[: start + len(BEGIN)]}\n{summary_markdown(results)}\n{document[end:]}"
+        raise ValueError(f"the document has no '{begin}' ... '{end_marker}' block to render the audit table into")
+    return f"{document[: start + len(begin)]}\n{summary_markdown(results)}\n{document[end:]}"

@@ -1,37 +1,49 @@
-"""docs/audit.md's measured block is the committed results file rendered (scripts/render_audit.py): a
+"""docs/audit.md's measured blocks are the committed results files rendered (scripts/render_audit.py): a
 changed number in either fails here."""
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from sims.audit_tables import BEGIN, END, render_document
+from sims.audit_tables import render_document
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ROOT / "docs" / "audit.md"
-RESULTS = ROOT / "docs" / "audit-results" / "audit-experiment.json"
+_spec = importlib.util.spec_from_file_location("render_audit", ROOT / "scripts" / "render_audit.py")
+assert _spec is not None and _spec.loader is not None
+render_audit = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(render_audit)
+PUBLISHED = sorted(render_audit.PUBLISHED.values())
 
 
-def test_docs_audit_md_is_rendered_from_the_committed_results_file():
-    document, results = DOCUMENT.read_text(encoding="utf-8"), json.loads(RESULTS.read_text())
-    assert document.count(BEGIN) == 1 and document.count(END) == 1
-    assert render_document(document, results) == document, "run: .venv/bin/python scripts/render_audit.py"
+def results_of(file_name: str) -> dict:
+    return json.loads((ROOT / "docs" / "audit-results" / file_name).read_text())
 
 
-def test_a_changed_bound_or_verdict_in_the_results_changes_the_document():
-    document, results = DOCUMENT.read_text(encoding="utf-8"), json.loads(RESULTS.read_text())
+def test_docs_audit_md_is_rendered_from_the_committed_results_files():
+    document = DOCUMENT.read_text(encoding="utf-8")
+    for block, _ in PUBLISHED:
+        assert document.count(f"<!-- {block}:begin -->") == 1 and document.count(f"<!-- {block}:end -->") == 1
+    assert render_audit.render_all(document) == document, "run: .venv/bin/python scripts/render_audit.py"
+    assert render_audit.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("block, file_name", PUBLISHED)
+def test_a_changed_bound_or_verdict_in_the_results_changes_the_document(block: str, file_name: str):
+    document, results = DOCUMENT.read_text(encoding="utf-8"), results_of(file_name)
     pooled = next(index for index, row in enumerate(results["rows"]) if row["seed"] == "pooled")
     verdict = "inconclusive" if results["rows"][pooled]["verdict"] == "violation" else "violation"
     for key, value in (("eps_lower_bound", 9.87), ("verdict", verdict)):
         changed = copy.deepcopy(results)
         changed["rows"][pooled][key] = value
-        assert render_document(document, changed) != document
+        assert render_document(document, changed, block) != document
 
 
 def test_a_document_without_the_markers_is_refused():
-    with pytest.raises(ValueError, match="audit-table:begin"):
-        render_document("# no table here\n", json.loads(RESULTS.read_text()))
+    with pytest.raises(ValueError, match="audit-table-paper:begin"):
+        render_document("# no table here\n", results_of("audit-experiment.json"), "audit-table-paper")

@@ -63,3 +63,45 @@ def test_the_robustness_renderer_also_reads_a_study_folder_beside_the_bench_fold
         "(tuned) | 2 | 70.0 | 60.0 | 50.0 | 2 | 90.0 |",
         "| z-study (iid) | digits.npz | dirichlet | 1.0 | batch 32, normalized, cap 20, effective rate 0.1 | 1 | "
         "70.0 | 70.0 | 50.0 | 1 | 90.0 |"]
+
+
+def test_benchmarks_robustness_grid_is_the_committed_grid() -> None:
+    assert block(render_robustness.DOCUMENT, render_robustness.GRID_BLOCK) == render_robustness.rendered_grid()
+
+
+def test_the_grid_table_measures_each_seeds_gap_to_the_non_private_run_of_the_same_network(tmp_path: Path) -> None:
+    from sims.study.cell import COLUMNS
+    from sims.study.plan import Study
+    from sims.study.runner import csv_text, describe
+
+    row = {"epsilon": "1.0", "status": "ok", "min_class_recall": "0.5", "accuracy": "0.9", "beta": "iid",
+           "dead_classes": 0, "learning_rate": 0.05, "rate_source": "validation"}
+    for name, weighting, norm, rows in (
+        ("lenet-none-normalized", "normalized", "none", [
+            {**row, "mechanism": "none", "seed": 0, "balanced_accuracy": "0.90"},
+            {**row, "mechanism": "none", "seed": 1, "balanced_accuracy": "0.80"},
+            {**row, "mechanism": "dirichlet", "seed": 0, "balanced_accuracy": "0.88"},
+            {**row, "mechanism": "dirichlet", "seed": 1, "balanced_accuracy": "0.75", "dead_classes": 1}]),
+        ("lenet-none-paper", "paper", "none", [
+            {**row, "mechanism": "dirichlet", "seed": 0, "balanced_accuracy": "0.60"},
+            {**row, "mechanism": "dirichlet", "seed": 1, "balanced_accuracy": "0.79"}]),
+        ("lenet-group-paper", "paper", "group", [  # no non-private run of this network: no gap
+            {**row, "mechanism": "dirichlet", "seed": 0, "balanced_accuracy": "0.70"}]),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        study = Study(dataset="npz", data_path="/x/d.npz", model="lenet", norm=norm, dirichlet_weighting=weighting)
+        (folder / "study.json").write_text(describe(study))
+        (folder / "table.csv").write_text(csv_text(rows, COLUMNS))
+    lines = render_robustness.rendered_grid(tmp_path).splitlines()[2:]
+    assert lines == [
+        "| lenet, norm group | paper | iid | 0.05 (tuned) | 1 | 70.0 | 70.0 |  | 50.0 | 0 |",
+        "| lenet, norm none | normalized, cap 20 | iid | 0.05 (tuned) | 2 | 81.5 | 75.0 | 5.0 | 50.0 | 1 |",
+        "| lenet, norm none | cross-entropy | iid | 0.05 (tuned) | 2 | 85.0 | 80.0 |  | 50.0 | 0 |",
+        "| lenet, norm none | paper | iid | 0.05 (tuned) | 2 | 69.5 | 60.0 | 30.0 | 50.0 | 0 |"]
+
+
+def test_readme_default_job_sentence_is_the_committed_run() -> None:
+    from scripts import render_default_job
+
+    assert block(render_default_job.DOCUMENT, render_default_job.BLOCK) == render_default_job.rendered()
