@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dirichlet_fl.files import write_atomically  # noqa: E402  (after the path: scripts/ is not a package)
-from sims.audit_tables import render_document  # noqa: E402
+from scripts.doc_blocks import block as rendered_block  # noqa: E402
+from scripts.doc_blocks import replace_block  # noqa: E402
+from sims.audit_tables import arm_verdicts, render_document  # noqa: E402
 
 DOCUMENT = ROOT / "docs" / "audit.md"
 RESULTS_DIR = ROOT / "docs" / "audit-results"
@@ -29,11 +31,31 @@ PUBLISHED = {"default": ("audit-table", "audit-experiment.json"),
 with the app's default loss, `paper` the one with the paper's loss (Algorithm 1 as published)."""
 
 
+README = ROOT / "README.md"
+SUMMARY_BLOCK = "audit-summary"
+TITLES = {"default": "default loss (`lenet`)", "paper": "paper's loss (`lenet`, GroupNorm)"}
+
+
 def render_all(document: str) -> str:
     """`document` with every published run's block rendered from its committed results file."""
     for block, file_name in PUBLISHED.values():
         document = render_document(document, json.loads((RESULTS_DIR / file_name).read_text()), block)
     return document
+
+
+def readme_summary() -> str:
+    """README's few lines: per published run and arm, the claim, the verdict, the strongest pooled bound
+    and how many seeds were at matched utility (sims.audit_tables.arm_verdicts)."""
+    lines = ["| run | arm | claimed eps | verdict | eps lower bound (attack) | seeds pooled |",
+             "|---|---|---|---|---|---|"]
+    for run, (_, file_name) in PUBLISHED.items():
+        results = json.loads((RESULTS_DIR / file_name).read_text())
+        for arm, row in arm_verdicts(results).items():
+            claim = "none" if row["claimed_eps"] is None or not row["claimed_eps"] else f"{row['claimed_eps']:.3g}"
+            lines.append(f"| {TITLES[run]} | {arm} | {claim} | {row['verdict']} | "
+                         f"{float(row['eps_lower_bound']):.2f} ({row['attack']}) | "
+                         f"{row['seeds_pooled']} of {row['seeds_total']} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,18 +69,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.results is not None and not args.check:
             write_atomically(RESULTS_DIR / PUBLISHED[args.run][1], Path(args.results).read_bytes())
         current = DOCUMENT.read_text(encoding="utf-8")
-        rendered = render_all(current)
+        rendered, summary = render_all(current), readme_summary()
+        summary_current = rendered_block(README, SUMMARY_BLOCK) == summary
     except (OSError, ValueError, KeyError) as error:
         print(f"render_audit: error: {error}", file=sys.stderr)
         return 2
     if args.check:
-        if rendered != current:
-            print(f"render_audit: {DOCUMENT} is out of date with {RESULTS_DIR}: run scripts/render_audit.py",
-                  file=sys.stderr)
+        if rendered != current or not summary_current:
+            print(f"render_audit: {DOCUMENT} or {README} is out of date with {RESULTS_DIR}: run "
+                  "scripts/render_audit.py", file=sys.stderr)
             return 1
         return 0
     write_atomically(DOCUMENT, rendered.encode())
-    print(f"rendered {', '.join(name for _, name in PUBLISHED.values())} into {DOCUMENT}")
+    replace_block(README, SUMMARY_BLOCK, summary)
+    print(f"rendered {', '.join(name for _, name in PUBLISHED.values())} into {DOCUMENT} and {README}")
     return 0
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sims.audit_tables import render_document
+from scripts.doc_blocks import block
+from sims.audit_tables import arm_verdicts, render_document
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ROOT / "docs" / "audit.md"
@@ -27,21 +28,24 @@ def results_of(file_name: str) -> dict:
 
 def test_docs_audit_md_is_rendered_from_the_committed_results_files():
     document = DOCUMENT.read_text(encoding="utf-8")
-    for block, _ in PUBLISHED:
-        assert document.count(f"<!-- {block}:begin -->") == 1 and document.count(f"<!-- {block}:end -->") == 1
+    for name, _ in PUBLISHED:
+        assert document.count(f"<!-- {name}:begin -->") == 1 and document.count(f"<!-- {name}:end -->") == 1
     assert render_audit.render_all(document) == document, "run: .venv/bin/python scripts/render_audit.py"
+    assert block(render_audit.README, render_audit.SUMMARY_BLOCK) == render_audit.readme_summary()
     assert render_audit.main(["--check"]) == 0
 
 
-@pytest.mark.parametrize("block, file_name", PUBLISHED)
-def test_a_changed_bound_or_verdict_in_the_results_changes_the_document(block: str, file_name: str):
+@pytest.mark.parametrize("name, file_name", PUBLISHED)
+def test_a_changed_bound_or_verdict_in_the_results_changes_the_document(name: str, file_name: str):
+    """The strongest pooled attack of the first arm: its bound and verdict are in the arm's verdict line."""
     document, results = DOCUMENT.read_text(encoding="utf-8"), results_of(file_name)
-    pooled = next(index for index, row in enumerate(results["rows"]) if row["seed"] == "pooled")
-    verdict = "inconclusive" if results["rows"][pooled]["verdict"] == "violation" else "violation"
+    strongest = next(iter(arm_verdicts(results).values()))
+    index = results["rows"].index(strongest)
+    verdict = "inconclusive" if strongest["verdict"] == "violation" else "violation"
     for key, value in (("eps_lower_bound", 9.87), ("verdict", verdict)):
         changed = copy.deepcopy(results)
-        changed["rows"][pooled][key] = value
-        assert render_document(document, changed, block) != document
+        changed["rows"][index][key] = value
+        assert render_document(document, changed, name) != document
 
 
 def test_a_document_without_the_markers_is_refused():

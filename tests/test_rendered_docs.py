@@ -105,3 +105,35 @@ def test_readme_default_job_sentence_is_the_committed_run() -> None:
     from scripts import render_default_job
 
     assert block(render_default_job.DOCUMENT, render_default_job.BLOCK) == render_default_job.rendered()
+
+
+def test_benchmarks_acceptance_table_is_the_committed_acceptance_runs() -> None:
+    text = render_robustness.rendered_acceptance()
+    assert block(render_robustness.DOCUMENT, render_robustness.ACCEPTANCE_BLOCK) == text
+    assert "| pass |" in text
+
+
+def test_the_acceptance_check_fails_a_dead_class_or_a_gap_above_8_points(tmp_path: Path) -> None:
+    from sims.study.cell import COLUMNS
+    from sims.study.plan import Study
+    from sims.study.runner import csv_text, describe
+
+    folder = tmp_path / "accept-defaults-x"
+    folder.mkdir()
+    (folder / "study.json").write_text(describe(Study(dataset="npz", data_path="d.npz", partitions=("central",))))
+    row = {"beta": "central", "epsilon": "1.0", "status": "ok", "accuracy": "0.9", "learning_rate": 0.05}
+    rows = [{**row, "mechanism": "none", "seed": s, "balanced_accuracy": "0.90", "min_class_recall": "0.7"}
+            for s in (0, 1, 2)]
+    rows += [{**row, "mechanism": "dirichlet", "seed": 0, "balanced_accuracy": "0.83", "min_class_recall": "0.5"},
+             {**row, "mechanism": "dirichlet", "seed": 1, "balanced_accuracy": "0.81", "min_class_recall": "0.5"},
+             {**row, "mechanism": "dirichlet", "seed": 2, "balanced_accuracy": "0.89", "min_class_recall": "0.0"}]
+    (folder / "table.csv").write_text(csv_text(rows, COLUMNS))
+    table = render_robustness.rendered_acceptance(tmp_path).splitlines()[2:]
+    checks = [line.rsplit("|", 2)[1].strip() for line in table]
+    assert checks == ["pass", "FAIL", "FAIL"]  # a 7-point gap passes; 9 points, and a dead class, fail
+
+
+def test_benchmarks_normalised_step_table_is_the_committed_bench_steps_results() -> None:
+    from scripts import render_steps
+
+    assert block(render_steps.DOCUMENT, render_steps.BLOCK) == render_steps.rendered()
