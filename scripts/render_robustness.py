@@ -131,11 +131,38 @@ def rendered_grid(grid: Path = GRID) -> str:
     return "\n".join(lines) + "\n"
 
 
+ACCEPTANCE_BLOCK = "robustness-acceptance"
+ACCEPTANCE_PREFIX = "accept-defaults-"
+MAX_GAP = 0.08
+"""Issue 19's check: on every seed every class's recall above 0 and balanced accuracy within 8 points of
+the non-private run of the same seed."""
+
+
+def rendered_acceptance(folders: Path = FOLDERS) -> str:
+    """Per seed of every accept-defaults-* folder (the acceptance command with the defaults, one data file
+    each): the Dirichlet and non-private balanced accuracy, the gap, the smallest class recall, and the check."""
+    lines = ["| data | seed | Dirichlet rate (tuned) | Dirichlet balanced acc. | non-private balanced acc. | gap "
+             "(points) | Dirichlet min class recall | check |", "|---|---|---|---|---|---|---|---|"]
+    for folder in sorted(f for f in folders.iterdir() if f.name.startswith(ACCEPTANCE_PREFIX)):
+        config, rows = json.loads((folder / "study.json").read_text()), _rows(folder, "table.csv")
+        by_seed = {(r["mechanism"], r["seed"]): r for r in rows}
+        for seed in sorted({r["seed"] for r in rows}, key=int):
+            private, plain = by_seed[("dirichlet", seed)], by_seed[("none", seed)]
+            gap = float(plain["balanced_accuracy"]) - float(private["balanced_accuracy"])
+            recall = float(private["min_class_recall"])
+            check = "pass" if recall > 0 and gap <= MAX_GAP else "FAIL"
+            private_ba, plain_ba = (100 * float(r["balanced_accuracy"]) for r in (private, plain))
+            lines.append(f"| {_data(config)} | {seed} | {float(private['learning_rate']):g} | {private_ba:.1f} | "
+                         f"{plain_ba:.1f} | {100 * gap:.1f} | {100 * recall:.1f} | {check} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     from scripts.doc_blocks import replace_block
 
     replace_block(DOCUMENT, BLOCK, rendered())
     replace_block(DOCUMENT, GRID_BLOCK, rendered_grid())
+    replace_block(DOCUMENT, ACCEPTANCE_BLOCK, rendered_acceptance())
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Render the study results tables of docs/study.md and README.md from committed study folders.
+"""Render the study results tables of docs/study.md, README.md and BENCHMARKS.md from committed study folders.
 
 Each table sits between the markers `<!-- NAME:begin -->` and `<!-- NAME:end -->` of its document; the
 text is sims.study.report.markdown_table of the folder's table.csv, so the docs cannot drift from the
@@ -15,8 +15,10 @@ TARGETS = (
     (Path("docs/study.md"), "study-table", Path("docs/study-smoke")),
     (Path("docs/study.md"), "study-full-table", Path("docs/study-full")),
     (Path("README.md"), "study-table", Path("docs/study-full")),
+    (Path("BENCHMARKS.md"), "mnist-normalized-table", Path("docs/mnist-normalized/test")),
 )
-"""(document, block, study folder): the smoke study, and the full study on the DermaMNIST-shaped stand-in."""
+"""(document, block, study folder): the smoke study, the full study on the DermaMNIST-shaped stand-in, and
+BENCHMARKS section 4's MNIST Dirichlet cells under the default loss."""
 
 
 def cost(folder: Path) -> str:
