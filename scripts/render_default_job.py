@@ -24,10 +24,12 @@ def rendered(result: Path = RESULT) -> str:
     epsilons = [client["epsilon"] for client in summary["clients"]]
     targets = {client["target_epsilon"] for client in summary["clients"]}
     target = f"{targets.pop():g}" if len(targets) == 1 else "its target"
+    low, high = f"{min(epsilons):.4f}", f"{max(epsilons):.4f}"
+    spent = low if low == high else f"{low} to {high}"
     return (f"`bash scripts/run.sh` reaches **{100 * summary['final_accuracy']:.1f} % central test accuracy** "
             f"(balanced accuracy {100 * summary['final_balanced_accuracy']:.1f} %, macro AUC "
             f"{100 * summary['final_macro_auc']:.1f} %) after {summary['rounds']} rounds, with every one of its "
-            f"{len(epsilons)} clients at eps {min(epsilons):.4f} to {max(epsilons):.4f} of {target} (delta "
+            f"{len(epsilons)} clients at eps {spent} of {target} (delta "
             f"{summary['delta']:g}); the run's summary.json is committed as "
             "[docs/default-job/summary.json](docs/default-job/summary.json).\n")
 
