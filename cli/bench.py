@@ -131,6 +131,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     add("--dirichlet-weighting", choices=["normalized", "paper"],
         help="the Dirichlet NLL's per-example weighting (the app's dirichlet-weighting)")
     add("--dirichlet-weight-cap", type=float)
+    add("--warmup-rounds", type=int, help="linear learning-rate warm-up over this many rounds (0: none)")
     add("--workers", type=int, help="worker processes, one thread each")
     parser.add_argument("--resume", action="store_true",
                         help="keep the cells and tuning runs finished in --out and run the rest")

@@ -76,6 +76,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help=f"the Dirichlet NLL's per-example weighting (default {d.dirichlet_weighting}; paper: Algorithm 1)")
     add("--dirichlet-weight-cap", type=float, default=d.dirichlet_weight_cap,
         help=f"cap of the normalized weighting (default {d.dirichlet_weight_cap:g})")
+    add("--warmup-rounds", type=int, default=d.warmup_rounds,
+        help=f"linear learning-rate warm-up over this many rounds (the app's learning-rate-warmup-rounds; "
+             f"default {d.warmup_rounds}; 0: none)")
     add("--device", default=d.device, help="cpu or cuda (default cpu)")
     add("--workers", type=int, default=1, help="worker processes, one thread each (default 1)")
     add("--resume", action="store_true", help="keep the cells and tuning runs finished in --out, run the rest")

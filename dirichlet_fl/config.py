@@ -30,6 +30,8 @@ RESUMABLE_KEYS = frozenset(
 """The keys a resumed run may change: none of them touches the data, the split, training or the accounting."""
 LEARNING_RATE_MODES = ("effective", "adaptive", "raw")
 DIRICHLET_WEIGHTINGS = ("normalized", "paper")
+DEFAULT_WARMUP_ROUNDS = 0
+"""learning-rate-warmup-rounds' default (BENCHMARKS.md section 11)."""
 """normalized: each example's NLL times kappa(reference-confidence)/kappa(s_y), capped (privacy/dirichlet.py);
 paper: Algorithm 1 as published."""
 AUGMENT_CHOICES = ("auto", "on", "off")
@@ -140,12 +142,21 @@ class LearningRateConfig:
     rate: float = setting("learning-rate", 0.05)
     mode: str = setting("learning-rate-mode", "effective")
     reference_confidence: float = setting("reference-confidence", S_Y_FOR_LEARNING_RATE)
+    warmup_rounds: int = setting("learning-rate-warmup-rounds", DEFAULT_WARMUP_ROUNDS)
 
     def validate(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_positive("learning-rate", self.rate)
         check_choice("learning-rate-mode", self.mode, LEARNING_RATE_MODES)
         check_in_interval("reference-confidence", self.reference_confidence, 0.0, 1.0, open_low=True)
+        check_integer("learning-rate-warmup-rounds", self.warmup_rounds, 0)
+
+    def warmup_factor(self, server_round: int) -> float:
+        """The linear warm-up's share of the rate in `server_round` (1-based): min(1, round / W), 1 without
+        one (W = 0). Why: at the start every s_y is about 1/K, so the normalised Dirichlet loss weights each
+        example by about kappa(s_ref) / kappa(1/K), roughly s_ref K, and its first steps are that much larger
+        than the effective rate's cross-entropy step (Theorem 11); a network can die in round 1."""
+        return min(1.0, server_round / self.warmup_rounds) if self.warmup_rounds else 1.0
 
 
 @dataclass(frozen=True)

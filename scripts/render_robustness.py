@@ -95,42 +95,6 @@ def rendered(folders: Path = FOLDERS) -> str:
     return "\n".join(lines) + "\n"
 
 
-GRID = FOLDERS / "grid"
-GRID_BLOCK = "robustness-grid"
-
-
-def _network(config: dict) -> str:
-    return f"{config['model']}, norm {config['norm']}"
-
-
-def rendered_grid(grid: Path = GRID) -> str:
-    """The grid's table (scripts/robustness_grid.sh: one study folder per network and loss): per network,
-    loss and partition, balanced accuracy (mean, worst seed), the largest gap below the non-private run of
-    the same network, partition and seed, the smallest class recall and the dead classes over seeds."""
-    studies = [(json.loads((f / "study.json").read_text()), _rows(f, "table.csv"))
-               for f in sorted(grid.iterdir()) if _layout(f) == STUDY]
-    baseline = {(_network(c), r["beta"], r["seed"]): float(r["balanced_accuracy"])
-                for c, rows in studies for r in rows if r["mechanism"] == "none"}
-    lines = ["| network | loss | partition | rate | seeds | balanced acc. mean | worst seed | largest gap to "
-             "non-private (points) | min class recall | dead classes |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for config, rows in sorted(studies, key=lambda item: (_network(item[0]), item[0]["dirichlet_weighting"])):
-        for partition, mechanism in sorted({(r["beta"], r["mechanism"]) for r in rows}, key=lambda k: (k[1], k[0])):
-            group = [r for r in rows if (r["beta"], r["mechanism"]) == (partition, mechanism)]
-            balanced = [float(r["balanced_accuracy"]) for r in group]
-            gaps = [baseline[(_network(config), partition, r["seed"])] - float(r["balanced_accuracy"])
-                    for r in group if (_network(config), partition, r["seed"]) in baseline]
-            loss = "cross-entropy" if mechanism == "none" else (
-                config["dirichlet_weighting"] + (f", cap {config['dirichlet_weight_cap']:g}"
-                                                 if config["dirichlet_weighting"] == "normalized" else ""))
-            gap = f"{100 * max(gaps):.1f}" if gaps and mechanism != "none" else ""
-            lines.append(
-                f"| {_network(config)} | {loss} | {partition} | {_study_rate(group)} | {len(group)} | "
-                f"{100 * statistics.mean(balanced):.1f} | {100 * min(balanced):.1f} | {gap} | "
-                f"{100 * min(float(r['min_class_recall']) for r in group):.1f} | "
-                f"{sum(int(r['dead_classes']) for r in group)} |")
-    return "\n".join(lines) + "\n"
-
-
 ACCEPTANCE_BLOCK = "robustness-acceptance"
 ACCEPTANCE_PREFIX = "accept-defaults-"
 MAX_GAP = 0.08
@@ -161,7 +125,6 @@ def main() -> None:
     from scripts.doc_blocks import replace_block
 
     replace_block(DOCUMENT, BLOCK, rendered())
-    replace_block(DOCUMENT, GRID_BLOCK, rendered_grid())
     replace_block(DOCUMENT, ACCEPTANCE_BLOCK, rendered_acceptance())
 
 

@@ -67,39 +67,55 @@ def test_the_robustness_renderer_also_reads_a_study_folder_beside_the_bench_fold
 
 
 def test_benchmarks_robustness_grid_is_the_committed_grid() -> None:
-    assert block(render_robustness.DOCUMENT, render_robustness.GRID_BLOCK) == render_robustness.rendered_grid()
+    from scripts import render_grid
+
+    assert block(render_grid.DOCUMENT, render_grid.BLOCK) == render_grid.rendered()
+    assert block(render_grid.DOCUMENT, render_grid.VERDICT_BLOCK) == render_grid.rendered_verdict()
 
 
-def test_the_grid_table_measures_each_seeds_gap_to_the_non_private_run_of_the_same_network(tmp_path: Path) -> None:
+def test_the_grid_measures_each_seeds_gap_to_the_non_private_run_of_the_same_network_and_warmup(
+        tmp_path: Path) -> None:
+    from scripts import render_grid
     from sims.study.cell import COLUMNS
     from sims.study.plan import Study
     from sims.study.runner import csv_text, describe
 
-    row = {"epsilon": "1.0", "status": "ok", "min_class_recall": "0.5", "accuracy": "0.9", "beta": "iid",
+    row = {"epsilon": "1.0", "status": "ok", "min_class_recall": "0.5", "accuracy": "0.9", "beta": "0.3",
            "dead_classes": 0, "learning_rate": 0.05, "rate_source": "validation"}
-    for name, weighting, norm, rows in (
-        ("lenet-none-normalized", "normalized", "none", [
-            {**row, "mechanism": "none", "seed": 0, "balanced_accuracy": "0.90"},
-            {**row, "mechanism": "none", "seed": 1, "balanced_accuracy": "0.80"},
+    for name, weighting, norm, warmup, rows in (
+        ("lenet-none-normalized-w0", "normalized", "none", 0, [
+            {**row, "mechanism": "none", "epsilon": "inf", "seed": 0, "balanced_accuracy": "0.90"},
+            {**row, "mechanism": "none", "epsilon": "inf", "seed": 1, "balanced_accuracy": "0.80"},
             {**row, "mechanism": "dirichlet", "seed": 0, "balanced_accuracy": "0.88"},
-            {**row, "mechanism": "dirichlet", "seed": 1, "balanced_accuracy": "0.75", "dead_classes": 1}]),
-        ("lenet-none-paper", "paper", "none", [
-            {**row, "mechanism": "dirichlet", "seed": 0, "balanced_accuracy": "0.60"},
-            {**row, "mechanism": "dirichlet", "seed": 1, "balanced_accuracy": "0.79"}]),
-        ("lenet-group-paper", "paper", "group", [  # no non-private run of this network: no gap
+            {**row, "mechanism": "dirichlet", "seed": 1, "balanced_accuracy": "0.75", "dead_classes": 2}]),
+        ("lenet-none-normalized-w3", "normalized", "none", 3, [
+            {**row, "mechanism": "none", "epsilon": "inf", "seed": 0, "balanced_accuracy": "0.70"},
+            {**row, "mechanism": "dirichlet", "seed": 0, "balanced_accuracy": "0.69"},
+            {**row, "mechanism": "dirichlet", "seed": 0, "balanced_accuracy": "0.50", "epsilon": "4.0"}]),
+        ("lenet-group-paper-w0", "paper", "group", 0, [  # no non-private run of this network: no gap
             {**row, "mechanism": "dirichlet", "seed": 0, "balanced_accuracy": "0.70"}]),
     ):
         folder = tmp_path / name
         folder.mkdir()
-        study = Study(dataset="npz", data_path="/x/d.npz", model="lenet", norm=norm, dirichlet_weighting=weighting)
+        study = Study(dataset="npz", data_path="/x/d.npz", model="lenet", norm=norm, dirichlet_weighting=weighting,
+                      warmup_rounds=warmup)
         (folder / "study.json").write_text(describe(study))
         (folder / "table.csv").write_text(csv_text(rows, COLUMNS))
-    lines = render_robustness.rendered_grid(tmp_path).splitlines()[2:]
-    assert lines == [
-        "| lenet, norm group | paper | iid | 0.05 (tuned) | 1 | 70.0 | 70.0 |  | 50.0 | 0 |",
-        "| lenet, norm none | normalized, cap 20 | iid | 0.05 (tuned) | 2 | 81.5 | 75.0 | 5.0 | 50.0 | 1 |",
-        "| lenet, norm none | cross-entropy | iid | 0.05 (tuned) | 2 | 85.0 | 80.0 |  | 50.0 | 0 |",
-        "| lenet, norm none | paper | iid | 0.05 (tuned) | 2 | 69.5 | 60.0 | 30.0 | 50.0 | 0 |"]
+    assert render_grid.rendered(tmp_path).splitlines()[2:] == [
+        "| d.npz | lenet, norm group | paper | 0 | 0.3 | 1 | 0.05 (tuned) | 1 | 70.0 | 70.0 |  | 50.0 | 0 (0) |",
+        "| d.npz | lenet, norm none | cross-entropy | 0 | 0.3 | inf | 0.05 (tuned) | "
+        "2 | 85.0 | 80.0 |  | 50.0 | 0 (0) |",
+        "| d.npz | lenet, norm none | cross-entropy | 3 | 0.3 | inf | 0.05 (tuned) | "
+        "1 | 70.0 | 70.0 |  | 50.0 | 0 (0) |",
+        "| d.npz | lenet, norm none | normalized, cap 20 | 0 | 0.3 | 1 | 0.05 (tuned) | 2 | 81.5 | 75.0 | 5.0 | 50.0 "
+        "| 2 (1) |",
+        "| d.npz | lenet, norm none | normalized, cap 20 | 3 | 0.3 | 1 | 0.05 (tuned) | 1 | 69.0 | 69.0 | 1.0 | 50.0 "
+        "| 0 (0) |",
+        "| d.npz | lenet, norm none | normalized, cap 20 | 3 | 0.3 | 4 | 0.05 (tuned) | 1 | 50.0 | 50.0 | 20.0 | 50.0 "
+        "| 0 (0) |"]
+    assert render_grid.rendered_verdict(tmp_path).splitlines()[2:] == [
+        "| d.npz | lenet, norm group | paper | 70.0, 0 of 1 | not run |",
+        "| d.npz | lenet, norm none | normalized, cap 20 | 75.0, 1 of 2 | 69.0, 0 of 1 |"]
 
 
 def test_readme_default_job_sentence_is_the_committed_run() -> None:

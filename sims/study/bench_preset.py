@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config import DEFAULT_WARMUP_ROUNDS, RunConfig
 from sims.study.execute import execute
 from sims.study.options import study_of
 from sims.study.runner import describe
@@ -25,7 +25,8 @@ DEFAULTS: dict[str, object] = {
     "seeds": 3, "epsilons": "0.5,1,2,4,8", "splits": ",".join(SPLITS), "mechanisms": "none,dirichlet,dpsgd",
     "rounds": 20, "local_epochs": 1.0, "batch_size": 32, "learning_rate": None, "dirichlet_learning_rate": None,
     "dpsgd_learning_rate": None, "rate_grid": "", "learning_rate_mode": "effective", "norm": "default",
-    "dirichlet_weighting": "normalized", "dirichlet_weight_cap": 20.0, "workers": 2,
+    "dirichlet_weighting": "normalized", "dirichlet_weight_cap": 20.0, "warmup_rounds": DEFAULT_WARMUP_ROUNDS,
+    "workers": 2,
 }
 """The bench's defaults (the parser's own default is None: 'not given'; a rate left None is tuned)."""
 QUICK_DPSGD_LEARNING_RATE = 0.02
@@ -40,7 +41,8 @@ def quick_defaults() -> dict[str, object]:
             "rounds": app.num_server_rounds, "local_epochs": app.local_epochs, "batch_size": app.batch_size,
             "learning_rate": app.lr.rate, "dirichlet_learning_rate": app.lr.rate,
             "dpsgd_learning_rate": QUICK_DPSGD_LEARNING_RATE, "dirichlet_weighting": app.dirichlet_weighting,
-            "dirichlet_weight_cap": app.dirichlet_weight_cap, "seeds": 1, "epsilons": "1,4"}
+            "dirichlet_weight_cap": app.dirichlet_weight_cap, "warmup_rounds": app.lr.warmup_rounds, "seeds": 1,
+            "epsilons": "1,4"}
 
 
 def partitions(splits: str) -> str:

@@ -36,7 +36,8 @@ def _check_ranges(args: argparse.Namespace, partitions: tuple, epsilons: tuple, 
               ("--mechanisms", bool(mechanisms) and set(mechanisms) <= set(MECHANISMS),
                "a subset of none,dirichlet,dpsgd"),
               ("--seeds", args.seeds >= 1, "give >= 1"), ("--workers", args.workers >= 1, "give >= 1"),
-              ("--num-clients", args.num_clients >= 2, "give >= 2")]
+              ("--num-clients", args.num_clients >= 2, "give >= 2"),
+              ("--warmup-rounds", args.warmup_rounds >= 0, "give >= 0 (0: no warm-up)")]
     for flag, ok, fix in checks:
         if not ok:
             raise ValueError(f"{flag}={getattr(args, flag[2:].replace('-', '_'))!r} is out of range: {fix}")
@@ -65,4 +66,4 @@ def study_of(args: argparse.Namespace) -> Study:
                  rate_grid=grid_text(grid, tuple(m for m in mechanisms if rates[m] is None)),
                  learning_rate_mode=args.learning_rate_mode, validation=args.validation, norm=args.norm,
                  dirichlet_weighting=args.dirichlet_weighting, dirichlet_weight_cap=args.dirichlet_weight_cap,
-                 device=args.device)
+                 warmup_rounds=args.warmup_rounds, device=args.device)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
-from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
+from dirichlet_fl.config import DEFAULT_WARMUP_ROUNDS, DataConfig, LearningRateConfig, RunConfig
 from dirichlet_fl.data import NPZ, load_dataset
 from dirichlet_fl.split import FederatedSplit, federated_split
 from privacy.analysis import PAPER_DELTA, epsilon_floor
@@ -64,6 +64,8 @@ class Study:
     dirichlet_weight_cap: float = 20.0
     """normalized, cap 20: at batch 32 it kept every class alive where the paper's loss collapsed
     (BENCHMARKS.md, section 11)."""
+    warmup_rounds: int = DEFAULT_WARMUP_ROUNDS
+    """The app's learning-rate-warmup-rounds: the rate rises linearly over this many rounds (0: none)."""
     device: str = "cpu"
 
 
@@ -155,7 +157,8 @@ def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = 
         local_epochs=study.local_epochs, device=study.device, fraction_evaluate=0.0, results_dir="",
         norm=study.norm, dirichlet_weighting=study.dirichlet_weighting,
         dirichlet_weight_cap=study.dirichlet_weight_cap, data=data,
-        lr=LearningRateConfig(optimizer="sgd", rate=rate, mode=study.learning_rate_mode),
+        lr=LearningRateConfig(optimizer="sgd", rate=rate, mode=study.learning_rate_mode,
+                              warmup_rounds=study.warmup_rounds),
     )
     config.validate()
     return config

@@ -31,6 +31,8 @@ from sims.study.tuning import TUNING_COLUMNS, TuningRun, chosen_rates, run_tunin
 STUDY_FILE = "study.json"
 TABLE_FILE = "table.csv"
 TUNING_FILE = "tuning.csv"
+LEGACY_VALUES: dict[str, Any] = {"warmup_rounds": 0}
+"""What a study.json written before a field existed ran with: no warm-up."""
 FLAGS = {"partitions": "--betas"}
 """The flag of a Study field whose name is not the flag's (the partitions: --betas, --classes-per-client
 and --site-file together)."""
@@ -49,10 +51,15 @@ def describe(study: Study) -> str:
     return json.dumps(asdict(study), indent=2) + "\n"
 
 
+def read_study_file(path: Path) -> dict[str, Any]:
+    """A study.json's fields, with LEGACY_VALUES for the ones it predates."""
+    return {**LEGACY_VALUES, **json.loads(path.read_text())}
+
+
 def load_study(path: Path) -> Study:
     """The Study a study.json describes."""
     values: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value
-                              for key, value in json.loads(path.read_text()).items()}
+                              for key, value in read_study_file(path).items()}
     return Study(**values)
 
 
@@ -81,7 +88,7 @@ def resumable(out_dir: Path, study: Study) -> tuple[list[dict[str, object]], lis
     it was another study."""
     if not (out_dir / STUDY_FILE).is_file():
         raise ValueError(f"--resume: {out_dir} holds no {STUDY_FILE}; run without --resume first")
-    earlier, now = json.loads((out_dir / STUDY_FILE).read_text()), json.loads(describe(study))
+    earlier, now = read_study_file(out_dir / STUDY_FILE), json.loads(describe(study))
     changed = sorted(FLAGS.get(k, f"--{k.replace('_', '-')}") for k in set(earlier) | set(now)
                      if earlier.get(k) != now.get(k))
     if changed:

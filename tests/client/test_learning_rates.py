@@ -97,3 +97,18 @@ def _digits():
     from dirichlet_fl.split import federated_split
 
     return federated_split(RunConfig().split_spec(4)).data
+
+
+@pytest.mark.parametrize("mechanism", [NoPrivacy(0.05), DirichletMechanism(0.05, 3.0, 0.05, 1e-5)])
+def test_the_warmup_scales_every_mechanisms_rate_linearly_over_its_rounds(mechanism) -> None:
+    config = RunConfig(lr=LearningRateConfig(rate=0.1, warmup_rounds=4))
+    model = torch.nn.Linear(1, 1)
+    full = client_learning_rate(replace(config, lr=replace(config.lr, warmup_rounds=0)), mechanism, model,
+                                empty_shard(), 1)
+    rates = [client_learning_rate(config, mechanism, model, empty_shard(), t) for t in range(1, 7)]
+    assert rates == pytest.approx([full / 4, full / 2, 3 * full / 4, full, full, full])
+
+
+def test_a_negative_warmup_is_refused_by_its_key() -> None:
+    with pytest.raises(ValueError, match="learning-rate-warmup-rounds"):
+        LearningRateConfig(warmup_rounds=-1).validate()

@@ -181,3 +181,18 @@ def test_the_dermamnist_paper_preset_is_the_papers_setting_and_flags_override_it
     assert (study.device, study.seeds) == ("cpu", (0,))
     assert study.learning_rate is study.dirichlet_learning_rate is study.dpsgd_learning_rate is None  # all tuned
     assert study.rate_grid == "none=0.02/0.05/0.1,dirichlet=0.02/0.05/0.1,dpsgd=0.05/0.1/0.2"
+
+
+def test_a_study_json_from_before_the_warmup_resumes_as_no_warmup(tmp_path: Path) -> None:
+    """A folder written before `warmup_rounds` existed ran without a warm-up: --resume with --warmup-rounds 0
+    takes it, any other warm-up is refused as a changed setting."""
+    from sims.study.runner import STUDY_FILE, describe, load_study, resumable
+
+    study = Study(warmup_rounds=0)
+    legacy = json.loads(describe(study))
+    del legacy["warmup_rounds"]
+    (tmp_path / STUDY_FILE).write_text(json.dumps(legacy))
+    assert load_study(tmp_path / STUDY_FILE).warmup_rounds == 0
+    assert resumable(tmp_path, study) == ([], [])
+    with pytest.raises(ValueError, match="--warmup-rounds differ"):
+        resumable(tmp_path, Study(warmup_rounds=3))

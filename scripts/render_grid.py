@@ -1,0 +1,136 @@
+"""Render BENCHMARKS.md's robustness grid (section 11.2) from the committed study folders of
+scripts/robustness_grid.sh in docs/robustness/grid/.
+
+One row per (data, network, loss, warm-up, partition, eps): balanced accuracy's mean over seeds and its
+worst seed, the largest gap of any seed below the non-private run of the same data, network, warm-up,
+partition and seed (the normalised loss's folders hold it), the smallest class recall of any seed, the
+dead classes (recall 0) summed over seeds and how many seeds had one. A second table condenses the
+federated non-IID rows at eps 1 into the question the grid answers: which loss and warm-up keep every
+class on every seed. Run from the root:
+  .venv/bin/python scripts/render_grid.py
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GRID = ROOT / "docs" / "robustness" / "grid"
+DOCUMENT = ROOT / "BENCHMARKS.md"
+BLOCK = "robustness-grid"
+VERDICT_BLOCK = "robustness-grid-verdict"
+Setting = tuple[str, str, str, int]
+"""(data, network, loss, warm-up rounds) of a group of rows."""
+
+
+def _studies(grid: Path) -> list[tuple[dict, list[dict[str, str]]]]:
+    """(study.json, finished table.csv rows) of every study folder under `grid`, by folder name."""
+    studies = []
+    for folder in sorted(f for f in grid.iterdir() if (f / "study.json").is_file() and (f / "table.csv").is_file()):
+        with open(folder / "table.csv", newline="") as handle:
+            rows = [row for row in csv.DictReader(handle) if row["status"] == "ok"]
+        studies.append((json.loads((folder / "study.json").read_text()), rows))
+    return studies
+
+
+def _data(config: dict) -> str:
+    return Path(config["data_path"]).name if config.get("data_path") else config["dataset"]
+
+
+def _network(config: dict) -> str:
+    return f"{config['model']}, norm {config['norm']}"
+
+
+def _loss(config: dict, mechanism: str) -> str:
+    if mechanism == "none":
+        return "cross-entropy"
+    weighting = config["dirichlet_weighting"]
+    return weighting + (f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else "")
+
+
+def _warmup(config: dict) -> int:
+    return int(config.get("warmup_rounds", 0))  # folders from before the warm-up existed ran without one
+
+
+def _rate(group: list[dict[str, str]]) -> str:
+    rates = sorted({float(r["learning_rate"]) for r in group})
+    shown = f"{rates[0]:g}" if len(rates) == 1 else f"{rates[0]:g}-{rates[-1]:g}"
+    return shown + (" (tuned)" if any(r.get("rate_source") == "validation" for r in group) else "")
+
+
+def _eps(value: str) -> str:
+    epsilon = float(value)
+    return "inf" if epsilon == float("inf") else f"{epsilon:g}"
+
+
+def grid_rows(grid: Path = GRID) -> list[tuple[Setting, str, str, list[dict[str, str]], list[float]]]:
+    """(setting, partition, eps, rows, each row's gap to its non-private run) of every group, sorted by
+    data, network, loss and warm-up, then partition and eps."""
+    studies = _studies(grid)
+    baseline = {(_data(c), _network(c), _warmup(c), r["beta"], r["seed"]): float(r["balanced_accuracy"])
+                for c, rows in studies for r in rows if r["mechanism"] == "none"}
+    groups = []
+    for config, rows in studies:
+        for partition, mechanism, epsilon in sorted({(r["beta"], r["mechanism"], r["epsilon"]) for r in rows}):
+            group = [r for r in rows if (r["beta"], r["mechanism"], r["epsilon"]) == (partition, mechanism, epsilon)]
+            keys = [(_data(config), _network(config), _warmup(config), partition, r["seed"]) for r in group]
+            gaps = [] if mechanism == "none" else [baseline[k] - float(r["balanced_accuracy"])
+                                                   for k, r in zip(keys, group) if k in baseline]
+            setting = (_data(config), _network(config), _loss(config, mechanism), _warmup(config))
+            groups.append((setting, partition, epsilon, group, gaps))
+    return sorted(groups, key=lambda g: (g[0], g[1], float(g[2])))
+
+
+def rendered(grid: Path = GRID) -> str:
+    """The grid's full table (module docstring)."""
+    lines = ["| data | network | loss | warm-up rounds | partition | eps | rate | seeds | balanced acc. mean | "
+             "worst seed | largest gap to non-private (points) | min class recall | dead classes (seeds with one) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (data, network, loss, warmup), partition, epsilon, group, gaps in grid_rows(grid):
+        balanced = [float(r["balanced_accuracy"]) for r in group]
+        dead = [int(r["dead_classes"]) for r in group]
+        gap = f"{100 * max(gaps):.1f}" if gaps else ""
+        lines.append(
+            f"| {data} | {network} | {loss} | {warmup} | {partition} | {_eps(epsilon)} | {_rate(group)} | "
+            f"{len(group)} | {100 * statistics.mean(balanced):.1f} | {100 * min(balanced):.1f} | {gap} | "
+            f"{100 * min(float(r['min_class_recall']) for r in group):.1f} | {sum(dead)} "
+            f"({sum(1 for d in dead if d)}) |")
+    return "\n".join(lines) + "\n"
+
+
+def rendered_verdict(grid: Path = GRID) -> str:
+    """Per data, network and private loss, the federated non-IID (beta 0.3) rows at eps 1 side by side
+    by warm-up: the worst seed's balanced accuracy and the seeds that lost a class."""
+    cells: dict[tuple[str, str, str], dict[int, str]] = {}
+    warmups: set[int] = set()
+    for (data, network, loss, warmup), partition, epsilon, group, _ in grid_rows(grid):
+        if partition != "0.3" or float(epsilon) != 1.0 or loss == "cross-entropy":
+            continue
+        worst = min(float(r["balanced_accuracy"]) for r in group)
+        lost = sum(1 for r in group if int(r["dead_classes"]))
+        cells.setdefault((data, network, loss), {})[warmup] = f"{100 * worst:.1f}, {lost} of {len(group)}"
+        warmups.add(warmup)
+    order = sorted(warmups)
+    lines = ["| data | network | loss | " + " | ".join(f"warm-up {w}: worst seed, seeds that lost a class"
+                                                     for w in order) + " |",
+             "|---|---|---|" + "---|" * len(order)]
+    for (data, network, loss), by_warmup in sorted(cells.items()):
+        lines.append(f"| {data} | {network} | {loss} | " + " | ".join(by_warmup.get(w, "not run") for w in order)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    from scripts.doc_blocks import replace_block
+
+    replace_block(DOCUMENT, BLOCK, rendered())
+    replace_block(DOCUMENT, VERDICT_BLOCK, rendered_verdict())
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
