@@ -20,7 +20,7 @@ MIN_CONFIDENCE = 1e-3
 
 
 def client_learning_rate(
-    config: RunConfig, mechanism: Mechanism, model: nn.Module, shard: ClientShard, server_round: int = 1
+    config: RunConfig, mechanism: Mechanism, model: nn.Module, shard: ClientShard, server_round: int
 ) -> float:
     """The optimizer rate of one client in `server_round`; the one place this rule lives: the mode's rate
     times the warm-up's share of it in that round (LearningRateConfig.warmup_factor, every mechanism alike).

@@ -19,6 +19,8 @@ from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, MechanismSpec, NoPrivacy
 
 ROWS = 50_000
+AFTER_WARMUP = LearningRateConfig().warmup_rounds + 1
+"""A round past the default warm-up, where the rate is the mode's own."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -46,7 +48,7 @@ def test_clients_with_5x_different_r_take_equally_large_expected_steps(mode: str
     steps = []
     for seed, r in enumerate((0.02, 0.1)):
         mechanism = DirichletMechanism(r, 3.0, 0.05, 1e-5)
-        rate = client_learning_rate(config, mechanism, model, empty_shard())
+        rate = client_learning_rate(config, mechanism, model, empty_shard(), AFTER_WARMUP)
         steps.append(rate * mean_logit_gradient(r, 3.0, seed).norm().item())
     ratio = steps[1] / steps[0]
     if equal:
@@ -60,13 +62,14 @@ def test_dpsgd_and_none_take_the_rate_as_given_in_every_mode() -> None:
     for mode in ("effective", "adaptive", "raw"):
         config = RunConfig(lr=LearningRateConfig(rate=0.3, mode=mode))
         for mechanism in (NoPrivacy(0.05), DPSGDMechanism.calibrated(spec)):
-            assert client_learning_rate(config, mechanism, torch.nn.Linear(1, 1), empty_shard()) == 0.3
+            rate = client_learning_rate(config, mechanism, torch.nn.Linear(1, 1), empty_shard(), AFTER_WARMUP)
+            assert rate == 0.3
 
 
 def test_adam_takes_the_rate_as_given_because_it_is_invariant_to_the_gradients_scale() -> None:
     config = RunConfig(lr=LearningRateConfig(optimizer="adam", rate=0.001))
     mechanism = DirichletMechanism(0.05, 3.0, 0.05, 1e-5)
-    assert client_learning_rate(config, mechanism, torch.nn.Linear(1, 1), empty_shard()) == 0.001
+    assert client_learning_rate(config, mechanism, torch.nn.Linear(1, 1), empty_shard(), AFTER_WARMUP) == 0.001
 
 
 def test_adaptive_mode_uses_the_models_confidence_on_the_local_test_share() -> None:
@@ -76,9 +79,11 @@ def test_adaptive_mode_uses_the_models_confidence_on_the_local_test_share() -> N
     torch.nn.init.zeros_(model[1].bias)  # uniform softmax: the true class gets 0.1
     shard = replace(empty_shard(), test_x=torch.randn(5, 1, 8, 8), test_y=torch.arange(5))
     mechanism = DirichletMechanism(0.05, 3.0, 0.05, 1e-5)
-    assert client_learning_rate(config, mechanism, model, shard) == pytest.approx(mechanism.step_rate(0.1, 0.1))
+    adaptive = client_learning_rate(config, mechanism, model, shard, AFTER_WARMUP)
+    assert adaptive == pytest.approx(mechanism.step_rate(0.1, 0.1))
     fixed = replace(config, lr=replace(config.lr, mode="effective"))
-    assert client_learning_rate(fixed, mechanism, model, shard) == pytest.approx(mechanism.step_rate(0.1, 0.9))
+    effective = client_learning_rate(fixed, mechanism, model, shard, AFTER_WARMUP)
+    assert effective == pytest.approx(mechanism.step_rate(0.1, 0.9))
 
 
 def test_the_reply_carries_each_clients_own_rate() -> None:
@@ -89,7 +94,8 @@ def test_the_reply_carries_each_clients_own_rate() -> None:
         outcome = train_round(config, Client(partition, 4, 1.0), None, weights, 1)
         assert outcome.error_code is None and outcome.mechanism is not None
         rates[partition] = outcome.metrics["learning-rate"]
-        assert rates[partition] == pytest.approx(outcome.mechanism.step_rate(0.05, 0.9))
+        warmup = config.lr.warmup_factor(1)  # round 1 of the default warm-up
+        assert rates[partition] == pytest.approx(outcome.mechanism.step_rate(0.05, 0.9) * warmup)
     assert rates[0] != rates[1]  # different shard sizes, different r*, different rates
 
 
