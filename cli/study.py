@@ -131,4 +131,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{report['rows']} of {report['cells']} cells and {report['tuning_runs']} tuning runs in "
               f"{report['out']} ({report['seconds']:.0f} s)\n{report['table']}pictures: {report['pictures']}")
+    for line in report["rate_warnings"]:  # type: ignore[attr-defined]
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
     return 0

@@ -77,4 +77,5 @@ def summary_lines(report: dict[str, object]) -> list[str]:
     return [f"{report['rows']} of {report['cells']} cells and {report['tuning_runs']} tuning runs in "
             f"{report['seconds']:.0f} s; metrics (%) mean ± sd over seeds:", str(report["table"]).rstrip(),
             *(["rates tuned on the validation split: " + "; ".join(rates)] if rates else []),
+            *(f"warning: {line}" for line in report["rate_warnings"]),  # type: ignore[attr-defined]
             f"pictures: {report['pictures']}"]

@@ -20,7 +20,14 @@ from sims.study.runner import (
     run_all,
     write_atomically,
 )
-from sims.study.tuning import chosen_rates, describe_choice, parse_rate_grid, tuning_key, tuning_runs
+from sims.study.tuning import (
+    chosen_rates,
+    describe_choice,
+    edge_warnings,
+    parse_rate_grid,
+    tuning_key,
+    tuning_runs,
+)
 
 
 def _app_checks(study: Study) -> None:
@@ -51,9 +58,10 @@ def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
     plot_accuracy(rows, study, out_dir / "accuracy_vs_epsilon.png")
     plot_client_spread(rows, study, out_dir / "client_spread.png")
     pictures = [out_dir / "accuracy_vs_epsilon.png", out_dir / "client_spread.png", *plot_partitions(study, out_dir)]
+    choices = chosen_rates(study, tuning_rows) if len(tuning_rows) == len(wanted) else {}
     return {"seconds": time.perf_counter() - start, "cells": len(keys), "rows": len(rows), "resumed": len(done),
             "tuning_runs": len(tuning_rows), "tuning_resumed": len(tuned),
-            "rates": describe_choice(chosen_rates(study, tuning_rows)) if len(tuning_rows) == len(wanted) else [],
+            "rates": describe_choice(choices), "rate_warnings": edge_warnings(study, choices),
             "table": markdown_table(rows, study), "out": str(out_dir),
             "files": [str(out_dir / name) for name in (STUDY_FILE, TABLE_FILE, TUNING_FILE, "table.md")],
             "pictures": ", ".join(map(str, pictures))}

@@ -123,6 +123,23 @@ def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[tuple[str,
     return chosen
 
 
+def edge_warnings(study: Study, choices: dict[tuple[str, str, float], float]) -> list[str]:
+    """One line per tuned group whose chosen rate is the lowest or the highest of its grid (of two or more
+    rates): the best rate may lie outside the grid, so the cells may run at a worse one (the robustness grid
+    of BENCHMARKS.md section 11.2 found GroupNorm networks tuned to the grid's lowest rate, and collapsing)."""
+    grid = parse_rate_grid(study.rate_grid)
+    lines = []
+    for (partition, mechanism, epsilon), rate in choices.items():
+        rates = grid[mechanism]
+        if len(rates) < 2 or rate not in (rates[0], rates[-1]):
+            continue
+        edge, side = ("lowest", "below") if rate == rates[0] else ("highest", "above")
+        lines.append(f"tuning beta={partition} {mechanism} eps={epsilon:g}: the rate chosen, {rate:g}, is the {edge} "
+                     f"of --rate-grid {mechanism}={'/'.join(f'{r:g}' for r in rates)}; a better one may lie {side} "
+                     "it: widen --rate-grid")
+    return lines
+
+
 def describe_choice(choices: dict[tuple[str, str, float], float]) -> list[dict[str, object]]:
     """The choices as rows (for the summary and strict JSON: eps infinity as 'inf')."""
     return [{"beta": p, "mechanism": m, "epsilon": e if math.isfinite(e) else "inf", "delta": PAPER_DELTA,

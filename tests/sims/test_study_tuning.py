@@ -152,3 +152,19 @@ def test_a_given_rate_flag_skips_tuning_for_its_mechanism(tmp_path: Path, monkey
     given = ["--dirichlet-learning-rate", "0.05", "--out", str(tmp_path / "given")]
     assert main([*argv[:-2], *given]) == 0
     assert tuning_rows(tmp_path / "given") == []
+
+
+def test_a_rate_chosen_at_the_edge_of_its_grid_is_named_with_the_fix() -> None:
+    from sims.study.plan import Study
+    from sims.study.tuning import edge_warnings, grid_text, parse_rate_grid
+
+    grid = grid_text(parse_rate_grid("none=0.02/0.05/0.1,dirichlet=0.02/0.05/0.1,dpsgd=0.1"), ("none", "dirichlet",
+                                                                                               "dpsgd"))
+    study = Study(rate_grid=grid)
+    lines = edge_warnings(study, {("0.3", "dirichlet", 1.0): 0.02, ("iid", "dirichlet", 1.0): 0.05,
+                                  ("0.3", "none", float("inf")): 0.1, ("0.3", "dpsgd", 1.0): 0.1})
+    assert lines == [
+        "tuning beta=0.3 dirichlet eps=1: the rate chosen, 0.02, is the lowest of --rate-grid "
+        "dirichlet=0.02/0.05/0.1; a better one may lie below it: widen --rate-grid",
+        "tuning beta=0.3 none eps=inf: the rate chosen, 0.1, is the highest of --rate-grid none=0.02/0.05/0.1; "
+        "a better one may lie above it: widen --rate-grid"]  # a middle rate and a one-rate grid say nothing
