@@ -5,8 +5,8 @@ One row per (data, network, loss, warm-up, partition, eps): balanced accuracy's 
 worst seed, the largest gap of any seed below the non-private run of the same data, network, warm-up,
 partition and seed (the normalised loss's folders hold it), the smallest class recall of any seed, the
 dead classes (recall 0) summed over seeds and how many seeds had one. A second table condenses the
-federated non-IID rows at eps 1 into the question the grid answers: which loss and warm-up keep every
-class on every seed. Run from the root:
+federated non-IID rows at eps 1, beside the non-private ones, into the question the grid answers: which
+loss and warm-up keep every class on every seed. Run from the root:
   .venv/bin/python scripts/render_grid.py
 """
 
@@ -99,16 +99,36 @@ def rendered(grid: Path = GRID) -> str:
             f"{len(group)} | {100 * statistics.mean(balanced):.1f} | {100 * min(balanced):.1f} | {gap} | "
             f"{100 * min(float(r['min_class_recall']) for r in group):.1f} | {sum(dead)} "
             f"({sum(1 for d in dead if d)}) |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + cost_line(grid) + "\n"
+
+
+def cost_line(grid: Path = GRID) -> str:
+    """What the grid's runs cost (cells and tuning runs, from their own CPU seconds), and the median CPU
+    seconds of one run per data and network."""
+    runs: dict[tuple[str, str], list[float]] = {}
+    for folder in sorted(f for f in grid.iterdir() if (f / "study.json").is_file()):
+        config = json.loads((folder / "study.json").read_text())
+        for name in ("table.csv", "tuning.csv"):
+            if (folder / name).is_file():
+                with open(folder / name, newline="") as handle:
+                    seconds = [float(r["cpu_seconds"]) for r in csv.DictReader(handle)
+                               if r["status"] == "ok" and r.get("cpu_seconds")]
+                runs.setdefault((_data(config), _network(config)), []).extend(seconds)
+    total = sum(len(v) for v in runs.values())
+    medians = "; ".join(f"{network} on {data}: {statistics.median(v):.0f}" for (data, network), v in sorted(runs.items())
+                        if v)
+    return (f"{total} runs (cells and tuning runs), {sum(map(sum, runs.values())) / 3600:.1f} CPU hours in all; "
+            f"median CPU seconds per run: {medians}.")
 
 
 def rendered_verdict(grid: Path = GRID) -> str:
-    """Per data, network and private loss, the federated non-IID (beta 0.3) rows at eps 1 side by side
-    by warm-up: the worst seed's balanced accuracy and the seeds that lost a class."""
+    """Per data, network and loss, the federated non-IID (beta 0.3) rows at eps 1 (and the non-private
+    cross-entropy rows: what the network reaches without privacy) side by side by warm-up: the worst seed's
+    balanced accuracy and the seeds that lost a class."""
     cells: dict[tuple[str, str, str], dict[int, str]] = {}
     warmups: set[int] = set()
     for (data, network, loss, warmup), partition, epsilon, group, _ in grid_rows(grid):
-        if partition != "0.3" or float(epsilon) != 1.0 or loss == "cross-entropy":
+        if partition != "0.3" or float(epsilon) not in (1.0, float("inf")):
             continue
         worst = min(float(r["balanced_accuracy"]) for r in group)
         lost = sum(1 for r in group if int(r["dead_classes"]))

@@ -12,6 +12,8 @@
 #   mnist     DATA = a folder with MNIST t10k's idx files (8,000 train / 2,000 test): BENCHMARKS section 4's
 #             eps-1 and eps-4 Dirichlet cells (lenet, normalised, IID and beta 0.3, 3 seeds, the effective rate
 #             0.05 it tuned on validation) with warm-up 3
+#   lowrates  DATA = the same file: lenet with GroupNorm, normalised, warm-up 3, over the rates 0.005-0.02
+#             (the networks part tuned it to its lowest rate, 0.02)
 #   resnet9   DATA = the stand-in: resnet9 (GroupNorm), both losses, warm-up 3, central, one seed, rate 0.05 given
 #             (not tuned: one resnet9 run costs about ten of lenet's on a CPU core)
 set -euo pipefail
@@ -64,11 +66,15 @@ case $PART in
     TAG=mnist
     SUFFIX=-eps1-4
     run lenet none normalized 3 iid,0.3 3 dirichlet ;;
+  lowrates)
+    SUFFIX=-rates0.005-0.02
+    EXTRA=(--rate-grid none=0.005/0.01/0.02,dirichlet=0.005/0.01/0.02 "${EXTRA[@]}")
+    run lenet group normalized 3 central,0.3 5 ;;
   resnet9)
     STUDY=(dirichlet-fl study --epsilons 1 --batch-size 32 --workers 2 --learning-rate 0.05 \
       --dirichlet-learning-rate 0.05)
     run resnet9 default normalized 3 central 1
     run resnet9 default paper 3 central 1 ;;
-  *) echo "robustness_grid.sh: PART=$PART is unknown; choose networks, epsilons, groups, mnist or resnet9" >&2
+  *) echo "robustness_grid.sh: PART=$PART is unknown; choose networks, epsilons, groups, mnist, lowrates or resnet9" >&2
      exit 2 ;;
 esac

@@ -81,7 +81,7 @@ def test_the_grid_measures_each_seeds_gap_to_the_non_private_run_of_the_same_net
     from sims.study.runner import csv_text, describe
 
     row = {"epsilon": "1.0", "status": "ok", "min_class_recall": "0.5", "accuracy": "0.9", "beta": "0.3",
-           "dead_classes": 0, "learning_rate": 0.05, "rate_source": "validation"}
+           "dead_classes": 0, "learning_rate": 0.05, "rate_source": "validation", "cpu_seconds": 900}
     for name, weighting, norm, warmup, rows in (
         ("lenet-none-normalized-w0", "normalized", "none", 0, [
             {**row, "mechanism": "none", "epsilon": "inf", "seed": 0, "balanced_accuracy": "0.90"},
@@ -101,7 +101,10 @@ def test_the_grid_measures_each_seeds_gap_to_the_non_private_run_of_the_same_net
                       warmup_rounds=warmup)
         (folder / "study.json").write_text(describe(study))
         (folder / "table.csv").write_text(csv_text(rows, COLUMNS))
-    assert render_grid.rendered(tmp_path).splitlines()[2:] == [
+    table, cost = render_grid.rendered(tmp_path).split("\n\n")
+    assert cost == ("8 runs (cells and tuning runs), 2.0 CPU hours in all; median CPU seconds per run: lenet, norm "
+                    "group on d.npz: 900; lenet, norm none on d.npz: 900.\n")
+    assert table.splitlines()[2:] == [
         "| d.npz | lenet, norm group | paper | 0 | 0.3 | 1 | 0.05 (tuned) | 1 | 70.0 | 70.0 |  | 50.0 | 0 (0) |",
         "| d.npz | lenet, norm none | cross-entropy | 0 | 0.3 | inf | 0.05 (tuned) | "
         "2 | 85.0 | 80.0 |  | 50.0 | 0 (0) |",
@@ -115,6 +118,7 @@ def test_the_grid_measures_each_seeds_gap_to_the_non_private_run_of_the_same_net
         "| 0 (0) |"]
     assert render_grid.rendered_verdict(tmp_path).splitlines()[2:] == [
         "| d.npz | lenet, norm group | paper | 70.0, 0 of 1 | not run |",
+        "| d.npz | lenet, norm none | cross-entropy | 80.0, 0 of 2 | 70.0, 0 of 1 |",
         "| d.npz | lenet, norm none | normalized, cap 20 | 75.0, 1 of 2 | 69.0, 0 of 1 |"]
 
 
