@@ -3,7 +3,8 @@ scripts/robustness_grid.sh in docs/robustness/grid/.
 
 One row per (data, network, loss, warm-up, partition, eps): balanced accuracy's mean over seeds and its
 worst seed, the largest gap of any seed below the non-private run of the same data, network, warm-up,
-partition and seed (the normalised loss's folders hold it), the smallest class recall of any seed, the
+partition and seed (the normalised loss's folders hold it, at their own rate grid; a folder without one
+takes the first folder's of its setting), the smallest class recall of any seed, the
 dead classes (recall 0) summed over seeds and how many seeds had one. A second table condenses the
 federated non-IID rows at eps 1, beside the non-private ones, into the question the grid answers: which
 loss and warm-up keep every class on every seed. Run from the root:
@@ -46,10 +47,14 @@ def _network(config: dict) -> str:
 
 
 def _loss(config: dict, mechanism: str) -> str:
-    if mechanism == "none":
-        return "cross-entropy"
+    """The loss, and the rates it was tuned over when they are not the study's default grid."""
+    from sims.study.tuning import DEFAULT_GRID, parse_rate_grid
+
     weighting = config["dirichlet_weighting"]
-    return weighting + (f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else "")
+    loss = "cross-entropy" if mechanism == "none" else weighting + (
+        f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else "")
+    rates = parse_rate_grid(config.get("rate_grid", ""))[mechanism]
+    return loss if rates == DEFAULT_GRID[mechanism] else f"{loss}, rates {'/'.join(f'{r:g}' for r in rates)}"
 
 
 def _warmup(config: dict) -> int:
@@ -71,10 +76,17 @@ def grid_rows(grid: Path = GRID) -> list[tuple[Setting, str, str, list[dict[str,
     """(setting, partition, eps, rows, each row's gap to its non-private run) of every group, sorted by
     data, network, loss and warm-up, then partition and eps."""
     studies = _studies(grid)
-    baseline = {(_data(c), _network(c), _warmup(c), r["beta"], r["seed"]): float(r["balanced_accuracy"])
-                for c, rows in studies for r in rows if r["mechanism"] == "none"}
+    shared: dict[tuple, float] = {}
+    for c, rows in studies:  # a folder without a non-private run: the first folder of its setting that has one
+        for r in rows:
+            if r["mechanism"] == "none":
+                key = (_data(c), _network(c), _warmup(c), r["beta"], r["seed"])
+                shared.setdefault(key, float(r["balanced_accuracy"]))
     groups = []
     for config, rows in studies:
+        own = {(_data(config), _network(config), _warmup(config), r["beta"], r["seed"]): float(r["balanced_accuracy"])
+               for r in rows if r["mechanism"] == "none"}
+        baseline = own or shared
         for partition, mechanism, epsilon in sorted({(r["beta"], r["mechanism"], r["epsilon"]) for r in rows}):
             group = [r for r in rows if (r["beta"], r["mechanism"], r["epsilon"]) == (partition, mechanism, epsilon)]
             keys = [(_data(config), _network(config), _warmup(config), partition, r["seed"]) for r in group]
@@ -115,8 +127,8 @@ def cost_line(grid: Path = GRID) -> str:
                                if r["status"] == "ok" and r.get("cpu_seconds")]
                 runs.setdefault((_data(config), _network(config)), []).extend(seconds)
     total = sum(len(v) for v in runs.values())
-    medians = "; ".join(f"{network} on {data}: {statistics.median(v):.0f}" for (data, network), v in sorted(runs.items())
-                        if v)
+    medians = "; ".join(f"{network} on {data}: {statistics.median(v):.0f}"
+                        for (data, network), v in sorted(runs.items()) if v)
     return (f"{total} runs (cells and tuning runs), {sum(map(sum, runs.values())) / 3600:.1f} CPU hours in all; "
             f"median CPU seconds per run: {medians}.")
 

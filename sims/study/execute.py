@@ -58,10 +58,11 @@ def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
     plot_accuracy(rows, study, out_dir / "accuracy_vs_epsilon.png")
     plot_client_spread(rows, study, out_dir / "client_spread.png")
     pictures = [out_dir / "accuracy_vs_epsilon.png", out_dir / "client_spread.png", *plot_partitions(study, out_dir)]
-    choices = chosen_rates(study, tuning_rows) if len(tuning_rows) == len(wanted) else {}
+    complete = len(tuning_rows) == len(wanted)
     return {"seconds": time.perf_counter() - start, "cells": len(keys), "rows": len(rows), "resumed": len(done),
             "tuning_runs": len(tuning_rows), "tuning_resumed": len(tuned),
-            "rates": describe_choice(choices), "rate_warnings": edge_warnings(study, choices),
+            "rates": describe_choice(chosen_rates(study, tuning_rows)) if complete else [],
+            "rate_warnings": edge_warnings(study, tuning_rows) if complete else [],
             "table": markdown_table(rows, study), "out": str(out_dir),
             "files": [str(out_dir / name) for name in (STUDY_FILE, TABLE_FILE, TUNING_FILE, "table.md")],
             "pictures": ", ".join(map(str, pictures))}

@@ -94,28 +94,37 @@ def tuning_key(row: dict[str, object]) -> tuple[str, str, float, float]:
     return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), float(str(row["learning_rate"])))
 
 
-def choose_rate(rows: list[dict[str, object]]) -> float:
-    """The smallest rate whose validation balanced accuracy is within TOLERANCE of the best of `rows`
-    (one group's tuning rows); rows that did not finish, or have no number, do not count. ValueError
-    when none counts."""
+def good_rates(rows: list[dict[str, object]]) -> list[float]:
+    """The rates of `rows` (one group's tuning rows) whose validation balanced accuracy is within TOLERANCE of
+    the best, ascending; rows that did not finish, or have no number, do not count. ValueError when none counts."""
     scored = [(float(str(r["learning_rate"])), float(str(r["balanced_accuracy"]))) for r in rows
               if r["status"] == "ok" and str(r["balanced_accuracy"]) not in ("", "nan")]
     if not scored:
         raise ValueError(f"no tuning run finished for {len(rows)} rate(s); see tuning.csv")
     best = max(score for _, score in scored)
-    return min(rate for rate, score in scored if score >= best - TOLERANCE - 1e-12)
+    return sorted(rate for rate, score in scored if score >= best - TOLERANCE - 1e-12)
 
 
-def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[tuple[str, str, float], float]:
-    """The rate chosen for every tuned (partition, mechanism, eps) of the study, from its tuning rows."""
+def choose_rate(rows: list[dict[str, object]]) -> float:
+    """The smallest of the good rates (good_rates) of one group's tuning rows."""
+    return good_rates(rows)[0]
+
+
+def tuning_groups(study: Study, rows: list[dict[str, object]]) -> dict[tuple[str, str, float], list[dict[str, object]]]:
+    """The study's tuning rows by (partition, mechanism, eps), rows of other studies left out."""
     wanted = {run.key for run in tuning_runs(study)}
     groups: dict[tuple[str, str, float], list[dict[str, object]]] = {}
     for row in rows:
         key = tuning_key(row)
         if key in wanted:
             groups.setdefault(key[:3], []).append(row)
+    return groups
+
+
+def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[tuple[str, str, float], float]:
+    """The rate chosen for every tuned (partition, mechanism, eps) of the study, from its tuning rows."""
     chosen = {}
-    for (partition, mechanism, epsilon), members in groups.items():
+    for (partition, mechanism, epsilon), members in tuning_groups(study, rows).items():
         try:
             chosen[(partition, mechanism, epsilon)] = choose_rate(members)
         except ValueError as error:
@@ -123,20 +132,21 @@ def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[tuple[str,
     return chosen
 
 
-def edge_warnings(study: Study, choices: dict[tuple[str, str, float], float]) -> list[str]:
-    """One line per tuned group whose chosen rate is the lowest or the highest of its grid (of two or more
-    rates): the best rate may lie outside the grid, so the cells may run at a worse one (the robustness grid
-    of BENCHMARKS.md section 11.2 found GroupNorm networks tuned to the grid's lowest rate, and collapsing)."""
+def edge_warnings(study: Study, rows: list[dict[str, object]]) -> list[str]:
+    """One line per tuned group whose only good rate (good_rates) is the lowest or the highest of its grid
+    of two or more rates: the best rate may lie outside the grid, so the cells may run at a worse one (the
+    robustness grid of BENCHMARKS.md section 11.2 found GroupNorm networks tuned to the grid's lowest rate,
+    and collapsing). A tie with an inner rate is no warning: the best lies inside."""
     grid = parse_rate_grid(study.rate_grid)
     lines = []
-    for (partition, mechanism, epsilon), rate in choices.items():
-        rates = grid[mechanism]
-        if len(rates) < 2 or rate not in (rates[0], rates[-1]):
+    for (partition, mechanism, epsilon), members in tuning_groups(study, rows).items():
+        rates, good = grid[mechanism], good_rates(members)
+        if len(rates) < 2 or len(good) != 1 or good[0] not in (rates[0], rates[-1]):
             continue
-        edge, side = ("lowest", "below") if rate == rates[0] else ("highest", "above")
-        lines.append(f"tuning beta={partition} {mechanism} eps={epsilon:g}: the rate chosen, {rate:g}, is the {edge} "
-                     f"of --rate-grid {mechanism}={'/'.join(f'{r:g}' for r in rates)}; a better one may lie {side} "
-                     "it: widen --rate-grid")
+        edge, side = ("lowest", "below") if good[0] == rates[0] else ("highest", "above")
+        lines.append(f"tuning beta={partition} {mechanism} eps={epsilon:g}: the rate chosen, {good[0]:g}, is the "
+                     f"{edge} of --rate-grid {mechanism}={'/'.join(f'{r:g}' for r in rates)} and the only one within "
+                     f"a point of the best; a better one may lie {side} it: widen --rate-grid")
     return lines
 
 

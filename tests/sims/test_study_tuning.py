@@ -158,13 +158,21 @@ def test_a_rate_chosen_at_the_edge_of_its_grid_is_named_with_the_fix() -> None:
     from sims.study.plan import Study
     from sims.study.tuning import edge_warnings, grid_text, parse_rate_grid
 
-    grid = grid_text(parse_rate_grid("none=0.02/0.05/0.1,dirichlet=0.02/0.05/0.1,dpsgd=0.1"), ("none", "dirichlet",
-                                                                                               "dpsgd"))
-    study = Study(rate_grid=grid)
-    lines = edge_warnings(study, {("0.3", "dirichlet", 1.0): 0.02, ("iid", "dirichlet", 1.0): 0.05,
-                                  ("0.3", "none", float("inf")): 0.1, ("0.3", "dpsgd", 1.0): 0.1})
-    assert lines == [
+    mechanisms = ("none", "dirichlet", "dpsgd")
+    grid = grid_text(parse_rate_grid("none=0.02/0.05/0.1,dirichlet=0.02/0.05/0.1,dpsgd=0.1"), mechanisms)
+    study = Study(partitions=("0.3", "iid"), epsilons=(1.0,), mechanisms=mechanisms, rate_grid=grid)
+    scores = {("0.3", "dirichlet", 1.0): (0.80, 0.70, 0.60),  # only the lowest is good: warned
+              ("iid", "dirichlet", 1.0): (0.80, 0.805, 0.50),  # the lowest ties with an inner rate: no warning
+              ("0.3", "none", float("inf")): (0.50, 0.60, 0.70),  # only the highest is good: warned
+              ("iid", "none", float("inf")): (0.50, 0.70, 0.60)}
+    rows: list[dict[str, object]] = [
+        {"beta": p, "mechanism": m, "epsilon": e, "learning_rate": rate, "status": "ok", "balanced_accuracy": ba}
+        for (p, m, e), values in scores.items() for rate, ba in zip((0.02, 0.05, 0.1), values)]
+    rows += [{"beta": p, "mechanism": "dpsgd", "epsilon": 1.0, "learning_rate": 0.1, "status": "ok",
+              "balanced_accuracy": 0.3} for p in ("0.3", "iid")]  # a one-rate grid: nothing to say
+    assert edge_warnings(study, rows) == [
         "tuning beta=0.3 dirichlet eps=1: the rate chosen, 0.02, is the lowest of --rate-grid "
-        "dirichlet=0.02/0.05/0.1; a better one may lie below it: widen --rate-grid",
-        "tuning beta=0.3 none eps=inf: the rate chosen, 0.1, is the highest of --rate-grid none=0.02/0.05/0.1; "
-        "a better one may lie above it: widen --rate-grid"]  # a middle rate and a one-rate grid say nothing
+        "dirichlet=0.02/0.05/0.1 and the only one within a point of the best; a better one may lie below it: "
+        "widen --rate-grid",
+        "tuning beta=0.3 none eps=inf: the rate chosen, 0.1, is the highest of --rate-grid none=0.02/0.05/0.1 "
+        "and the only one within a point of the best; a better one may lie above it: widen --rate-grid"]
