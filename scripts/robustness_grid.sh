@@ -15,7 +15,7 @@
 #   lowrates  DATA = the same file: lenet with GroupNorm, normalised, warm-up 3, over the rates 0.005-0.02
 #             (the networks part tuned it to its lowest rate, 0.02)
 #   resnet9   DATA = the stand-in: resnet9 (GroupNorm), both losses, warm-up 3, central, one seed, rate 0.05 given
-#             (not tuned: one resnet9 run costs about ten of lenet's on a CPU core)
+#             (not tuned: one resnet9 run costs about twenty of lenet's on a CPU core)
 set -euo pipefail
 PART=${1:?usage: robustness_grid.sh PART DATA OUT [study flags]}
 DATA=${2:?usage: robustness_grid.sh PART DATA OUT [study flags]}

@@ -179,6 +179,7 @@ def test_the_dermamnist_paper_preset_is_the_papers_setting_and_flags_override_it
     assert (study.dataset, study.model, study.batch_size, study.rounds) == ("dermamnist", "resnet9", 70, 60)
     assert study.epsilons == (1.0, 2.0, 4.0, 8.0) and study.partitions == ("central", "iid", "0.3")
     assert (study.device, study.seeds) == ("cpu", (0,))
+    assert (study.dirichlet_weighting, study.warmup_rounds) == ("paper", 0)  # the paper's Algorithm 1, as published
     assert study.learning_rate is study.dirichlet_learning_rate is study.dpsgd_learning_rate is None  # all tuned
     assert study.rate_grid == "none=0.02/0.05/0.1,dirichlet=0.02/0.05/0.1,dpsgd=0.05/0.1/0.2"
 
