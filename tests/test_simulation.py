@@ -119,6 +119,11 @@ def test_the_default_job_at_3_rounds_is_reproducible_to_the_bit_and_does_not_col
     ]
     assert without_time[0] == without_time[1]
     assert float(without_time[0][-1]["central_accuracy"]) >= 0.70
-    rates = {row["learning_rate"] for row in rows(first / "ledger.csv")}
-    assert len(rates) == 10  # each client's own rate: its own r*, hence its own kappa
+    rates: dict[int, dict[str, float]] = {}
+    for row in rows(first / "ledger.csv"):
+        if row["status"] == "trained":
+            rates.setdefault(int(row["round"]), {})[row["client"]] = float(row["learning_rate"])
+    assert len(set(rates[3].values())) == 10  # each client's own rate: its own r*, hence its own kappa
+    for server_round in (1, 2):  # the default 3-round warm-up: round t at t/3 of each client's rate
+        assert rates[server_round] == pytest.approx({c: r * server_round / 3 for c, r in rates[3].items()})
     assert (first / "curves.png").is_file()
