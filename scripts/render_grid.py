@@ -28,14 +28,20 @@ Setting = tuple[str, str, str, int]
 """(data, network, loss, warm-up rounds) of a group of rows."""
 
 
-def _studies(grid: Path) -> list[tuple[dict, list[dict[str, str]]]]:
-    """(study.json, finished table.csv rows) of every study folder under `grid`, by folder name."""
-    studies = []
-    for folder in sorted(f for f in grid.iterdir() if (f / "study.json").is_file() and (f / "table.csv").is_file()):
-        with open(folder / "table.csv", newline="") as handle:
-            rows = [row for row in csv.DictReader(handle) if row["status"] == "ok"]
-        studies.append((json.loads((folder / "study.json").read_text()), rows))
-    return studies
+def _finished(path: Path) -> list[dict[str, str]]:
+    """The rows of a study's CSV file that finished; none when there is no such file."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return [row for row in csv.DictReader(handle) if row["status"] == "ok"]
+
+
+def _studies(grid: Path) -> list[tuple[dict, list[dict[str, str]], list[dict[str, str]]]]:
+    """(study.json, finished table.csv rows, finished tuning.csv rows) of every study folder under `grid`,
+    by folder name."""
+    folders = sorted(f for f in grid.iterdir() if (f / "study.json").is_file() and (f / "table.csv").is_file())
+    return [(json.loads((f / "study.json").read_text()), _finished(f / "table.csv"), _finished(f / "tuning.csv"))
+            for f in folders]
 
 
 def _data(config: dict) -> str:
@@ -61,12 +67,6 @@ def _warmup(config: dict) -> int:
     return int(config.get("warmup_rounds", 0))  # folders from before the warm-up existed ran without one
 
 
-def _rate(group: list[dict[str, str]]) -> str:
-    rates = sorted({float(r["learning_rate"]) for r in group})
-    shown = f"{rates[0]:g}" if len(rates) == 1 else f"{rates[0]:g}-{rates[-1]:g}"
-    return shown + (" (tuned)" if any(r.get("rate_source") == "validation" for r in group) else "")
-
-
 def _eps(value: str) -> str:
     epsilon = float(value)
     return "inf" if epsilon == float("inf") else f"{epsilon:g}"
@@ -77,13 +77,13 @@ def grid_rows(grid: Path = GRID) -> list[tuple[Setting, str, str, list[dict[str,
     data, network, loss and warm-up, then partition and eps."""
     studies = _studies(grid)
     shared: dict[tuple, float] = {}
-    for c, rows in studies:  # a folder without a non-private run: the first folder of its setting that has one
+    for c, rows, _ in studies:  # a folder without a non-private run: the first folder of its setting that has one
         for r in rows:
             if r["mechanism"] == "none":
                 key = (_data(c), _network(c), _warmup(c), r["beta"], r["seed"])
                 shared.setdefault(key, float(r["balanced_accuracy"]))
     groups = []
-    for config, rows in studies:
+    for config, rows, _ in studies:
         own = {(_data(config), _network(config), _warmup(config), r["beta"], r["seed"]): float(r["balanced_accuracy"])
                for r in rows if r["mechanism"] == "none"}
         baseline = own or shared
@@ -99,6 +99,8 @@ def grid_rows(grid: Path = GRID) -> list[tuple[Setting, str, str, list[dict[str,
 
 def rendered(grid: Path = GRID) -> str:
     """The grid's full table (module docstring)."""
+    from scripts.render_robustness import study_rate
+
     lines = ["| data | network | loss | warm-up rounds | partition | eps | rate | seeds | balanced acc. mean | "
              "worst seed | largest gap to non-private (points) | min class recall | dead classes (seeds with one) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -107,7 +109,7 @@ def rendered(grid: Path = GRID) -> str:
         dead = [int(r["dead_classes"]) for r in group]
         gap = f"{100 * max(gaps):.1f}" if gaps else ""
         lines.append(
-            f"| {data} | {network} | {loss} | {warmup} | {partition} | {_eps(epsilon)} | {_rate(group)} | "
+            f"| {data} | {network} | {loss} | {warmup} | {partition} | {_eps(epsilon)} | {study_rate(group)} | "
             f"{len(group)} | {100 * statistics.mean(balanced):.1f} | {100 * min(balanced):.1f} | {gap} | "
             f"{100 * min(float(r['min_class_recall']) for r in group):.1f} | {sum(dead)} "
             f"({sum(1 for d in dead if d)}) |")
@@ -118,14 +120,9 @@ def cost_line(grid: Path = GRID) -> str:
     """What the grid's runs cost (cells and tuning runs, from their own CPU seconds), and the median CPU
     seconds of one run per data and network."""
     runs: dict[tuple[str, str], list[float]] = {}
-    for folder in sorted(f for f in grid.iterdir() if (f / "study.json").is_file()):
-        config = json.loads((folder / "study.json").read_text())
-        for name in ("table.csv", "tuning.csv"):
-            if (folder / name).is_file():
-                with open(folder / name, newline="") as handle:
-                    seconds = [float(r["cpu_seconds"]) for r in csv.DictReader(handle)
-                               if r["status"] == "ok" and r.get("cpu_seconds")]
-                runs.setdefault((_data(config), _network(config)), []).extend(seconds)
+    for config, rows, tuning in _studies(grid):
+        seconds = [float(r["cpu_seconds"]) for r in rows + tuning if r.get("cpu_seconds")]
+        runs.setdefault((_data(config), _network(config)), []).extend(seconds)
     total = sum(len(v) for v in runs.values())
     medians = "; ".join(f"{network} on {data}: {statistics.median(v):.0f}"
                         for (data, network), v in sorted(runs.items()) if v)

@@ -55,7 +55,7 @@ def _sweep_rate(config: dict, mechanism: str) -> str:
     return f"{config[key]:g}"
 
 
-def _study_rate(group: list[dict[str, str]]) -> str:
+def study_rate(group: list[dict[str, str]]) -> str:
     """The rate of a study group's rows: one value, or the range; '(tuned)' when chosen on validation."""
     rates = sorted({float(r["learning_rate"]) for r in group})
     shown = f"{rates[0]:g}" if len(rates) == 1 else f"{rates[0]:g}-{rates[-1]:g}"
@@ -83,7 +83,7 @@ def rendered(folders: Path = FOLDERS) -> str:
     for folder in sorted(p for p in folders.iterdir() if _layout(p) is not None):
         study = _layout(folder) == STUDY
         for name, config, mechanism, epsilon, group in _groups(folder):
-            rate = _study_rate(group) if study else _sweep_rate(config, mechanism)
+            rate = study_rate(group) if study else _sweep_rate(config, mechanism)
             balanced = [float(r["balanced_accuracy"]) for r in group]
             lines.append(
                 f"| {name} | {_data(config)} | {mechanism} | {epsilon} | "
