@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,36 @@ def test_benchmarks_normalised_step_table_is_the_committed_bench_steps_results()
     from scripts import render_steps
 
     assert block(render_steps.DOCUMENT, render_steps.BLOCK) == render_steps.rendered()
+
+
+def test_the_grids_prose_in_benchmarks_holds_on_the_committed_grid() -> None:
+    """BENCHMARKS.md 11.2's "What it shows" states facts of the committed grid in words; each is checked here."""
+    from scripts import render_grid
+
+    stand_in, default_net, normalized = "dermamnist-shaped-digits.npz", "lenet, norm none", "normalized, cap 20"
+    groups = {(s, p, float(e)): (rows, gaps) for s, p, e, rows, gaps in render_grid.grid_rows()}
+
+    def lost(setting: tuple, partition: str, epsilon: float = 1.0) -> set[str]:
+        return {r["seed"] for r in groups[(setting, partition, epsilon)][0] if int(r["dead_classes"])}
+
+    for (setting, _, _), (rows, _) in groups.items():  # the paper's loss lost a class on every seed
+        if setting[2] == "paper":
+            assert all(int(r["dead_classes"]) for r in rows), setting
+    cold, warm = (stand_in, default_net, normalized, 0), (stand_in, default_net, normalized, 3)
+    for partition in ("iid", "0.3"):  # without a warm-up: collapsed to the majority class on some seed
+        assert min(float(r["balanced_accuracy"]) for r in groups[(cold, partition, 1.0)][0]) == pytest.approx(1 / 7)
+    assert lost(cold, "central")
+    for partition in ("central", "iid"):  # with it: every class on every seed, within 3.1 points
+        rows, gaps = groups[(warm, partition, 1.0)]
+        assert not lost(warm, partition) and len(rows) == 5 and max(gaps) <= 0.031
+    assert len(lost(warm, "0.3")) == 2 and all(lost(warm, "0.3", e) == lost(warm, "0.3") for e in (0.5, 4.0))
+    assert not lost((stand_in, default_net, "cross-entropy", 3), "0.3", math.inf)
+    low_rates = (stand_in, "lenet, norm group", f"{normalized}, rates 0.005/0.01/0.02", 3)
+    assert not lost(low_rates, "central") and max(groups[(low_rates, "central", 1.0)][1]) <= 0.01
+    assert not lost((stand_in, "lenet, norm group-8", normalized, 3), "central")
+    for loss in (normalized, "paper"):  # resnet9: both losses collapsed where cross-entropy trained
+        rows = groups[((stand_in, "resnet9, norm default", loss, 3), "central", 1.0)][0]
+        assert [float(r["balanced_accuracy"]) for r in rows] == pytest.approx([1 / 7])
+    assert float(groups[((stand_in, "resnet9, norm default", "cross-entropy", 3), "central", math.inf)][0][0]
+                 ["balanced_accuracy"]) > 0.9
+    assert all(not lost(s, p, e) for s, p, e in groups if s[0] == "mnist-idx")  # MNIST: no seed lost a class
