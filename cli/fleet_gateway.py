@@ -5,13 +5,20 @@ and without Flower Enterprise the Control API has no login (``NoOpControlAuthnPl
 ``flwr.ee``). Whoever reaches that port with ``ca.crt`` can therefore register a key
 (``flwr supernode register``), start or stop runs. The pilot binds the SuperLink to 127.0.0.1 and gives the
 sites this gateway's address instead: it terminates TLS with the SuperLink's certificate and forwards only
-paths under ``/v1/fleet/`` (what a SuperNode uses) to the SuperLink; every other path gets 403 without
-reaching it. The SuperNode's authentication headers pass through unchanged, so SuperNode auth still holds.
+the Fleet API calls a registered SuperNode makes to the SuperLink; every other request gets 403 without reaching it.
+The SuperNode's authentication headers pass through unchanged, so SuperNode auth still holds.
+
+The decision is made on the exact path that is forwarded, never on a prefix of a path that something
+downstream may still normalise: a Fleet call is ``/v1/fleet/<endpoint>`` with one segment of lower-case
+letters, digits and dashes, and nothing else. ``/v1/fleet/../control/...``, percent-encoded dots or
+slashes, doubled slashes, backslashes, a query or an absolute-form target are all refused
+(docs/pilot-security.md).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import ssl
 from http.server import ThreadingHTTPServer
 
@@ -21,7 +28,14 @@ from cli.certificates import CertPaths
 from cli.http_service import HttpService, QuietHandler
 from cli.processes import LOOPBACK
 
-FLEET_PREFIX = "/v1/fleet/"
+FLEET_CALLS = frozenset({
+    "activate-node", "deactivate-node", "send-node-heartbeat", "get-run", "get-fab",
+    "pull-messages", "push-messages", "pull-object", "push-object", "confirm-message-received",
+})
+"""The Fleet API calls of Flower 1.42 that a registered SuperNode makes (flwr/supernode/fleet_http_client.py).
+Fleet's own register-node and unregister-node (self-registration, refused by the SuperLink under SuperNode
+authentication) are not forwarded either: joining is the operator's act alone."""
+_FLEET_CALL = re.compile(r"/v1/fleet/([a-z][a-z0-9-]{0,63})")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
 
 
@@ -50,12 +64,24 @@ class FleetGateway(HttpService):
         self._client.close()
 
     def forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> httpx.Response | None:
-        """The SuperLink's answer to a Fleet request, or None (refused) for any other path."""
-        if not path.startswith(FLEET_PREFIX):
+        """The SuperLink's answer to a Fleet call, or None (refused) for any other request target."""
+        call = fleet_call(path)
+        if call is None:
             self.refused.append(f"{method} {path}")
             return None
         kept = {name: value for name, value in headers.items() if name.lower() not in _HOP_BY_HOP}
-        return self._client.request(method, self.upstream + path, headers=kept, content=body)
+        url = httpx.URL(self.upstream).copy_with(raw_path=call.encode("ascii"))
+        return self._client.request(method, url, headers=kept, content=body)
+
+
+def fleet_call(target: str) -> str | None:
+    """`target` itself when it is exactly one of the FLEET_CALLS (``/v1/fleet/<call>``), else None.
+
+    Only a path that no normalisation can change is accepted, so the path that is checked is the path
+    the SuperLink sees: no dot segment, no percent-encoding, no second slash, no query, one segment.
+    """
+    match = _FLEET_CALL.fullmatch(target)
+    return target if match and match.group(1) in FLEET_CALLS else None
 
 
 def _handler_for(gateway: FleetGateway) -> type[QuietHandler]:

@@ -48,7 +48,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--sites", type=int, required=True, help="number of sites (SuperNodes), >= 1")
     parser.add_argument("--rounds", type=int, required=True, help="FedAvg rounds, >= 1")
-    parser.add_argument("--workdir", type=Path, required=True, help="folder for certificates, keys, ledgers, results")
+    parser.add_argument("--workdir", type=_workdir_path, required=True,
+                        help="folder for certificates, keys, ledgers, results")
     parser.add_argument(
         "--target-epsilon", default="1",
         help="each site's eps for this run: one number, or one per site 'e0,e1,...' (default 1)",
@@ -69,6 +70,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
+
+
+PILOT_OWNED_KEYS = {
+    "num-server-rounds": "--rounds",
+    "target-epsilon": "--target-epsilon",
+    "results-dir": "--workdir (results go to <workdir>/results)",
+    "run-name": "--workdir (each call is named pilot-<k>)",
+}
+"""Run-config keys that the pilot's own flags set: giving one in --run-config would be silently overridden
+or would move what the report reads, so it is refused, naming the flag to use instead."""
+_UNSAFE_PATH_CHARACTERS = ("'", '"', "\\", "\n", "\r")
+"""Characters a workdir may not hold: its paths are written into TOML and run-config strings."""
+
+
+def _workdir_path(text: str) -> Path:
+    """--workdir as a Path; an empty text is refused (Path('') would silently be the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("--workdir is empty: give a folder path (it is created if absent)")
+    return Path(text)
 
 
 @dataclass(frozen=True)
@@ -100,7 +120,22 @@ def per_site(flag: str, text: str, sites: int) -> list[float]:
 
 def _check_args(args: argparse.Namespace, app_dir: Path) -> str | None:
     """The first invalid argument as one line, or None. Nothing has started, nothing is written yet."""
-    return _check_numbers(args) or _check_workdir(args.workdir.resolve(), app_dir) or _check_files(args)
+    return (
+        _check_numbers(args)
+        or _check_workdir(args.workdir.resolve(), app_dir)
+        or _check_files(args)
+        or _check_run_config(args, app_dir)
+    )
+
+
+def _check_run_config(args: argparse.Namespace, app_dir: Path) -> str | None:
+    """--run-config read as `flwr run` reads it (one line naming what it would drop, override or reject),
+    no key that a pilot flag sets, and the fused config valid: before the workdir is locked or written."""
+    try:
+        run_config_of(args, "pilot-check", app_dir)
+    except ValueError as error:
+        return " ".join(str(error).split())
+    return None
 
 
 def _check_numbers(args: argparse.Namespace) -> str | None:
@@ -111,12 +146,24 @@ def _check_numbers(args: argparse.Namespace) -> str | None:
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         return f"--timeout={args.timeout:g} is out of range: give the seconds the run may take, a finite number > 0"
     try:
-        per_site("--target-epsilon", args.target_epsilon, args.sites)
-        if args.lifetime_epsilon:
-            per_site("--lifetime-epsilon", args.lifetime_epsilon, args.sites)
+        lifetimes(args)
     except ValueError as error:
         return str(error)
     return None
+
+
+def lifetimes(args: argparse.Namespace) -> list[float]:
+    """Each site's lifetime eps: --lifetime-epsilon, else LIFETIME_FACTOR x its --target-epsilon, which must
+    stay finite (a default that overflows would be a value nobody gave)."""
+    targets = per_site("--target-epsilon", args.target_epsilon, args.sites)
+    if args.lifetime_epsilon:
+        return per_site("--lifetime-epsilon", args.lifetime_epsilon, args.sites)
+    if not all(math.isfinite(LIFETIME_FACTOR * target) for target in targets):
+        raise ValueError(
+            f"--target-epsilon={args.target_epsilon} is out of range: its default lifetime eps "
+            f"({LIFETIME_FACTOR:g} x it) overflows; give a smaller --target-epsilon or a --lifetime-epsilon"
+        )
+    return [LIFETIME_FACTOR * target for target in targets]
 
 
 def _check_workdir(workdir: Path, app_dir: Path) -> str | None:
@@ -126,6 +173,12 @@ def _check_workdir(workdir: Path, app_dir: Path) -> str | None:
         return (
             f"--workdir {workdir} is inside the app folder {app_dir}, which flwr run bundles: "
             "choose a folder outside it"
+        )
+    unsafe = [char for char in _UNSAFE_PATH_CHARACTERS if char in str(workdir)]
+    if unsafe:
+        return (
+            f"--workdir {str(workdir)!r} contains {unsafe[0]!r}, which the run config and Flower's config files "
+            "cannot carry: choose a folder path without quotes, backslashes or line breaks"
         )
     existing = next(path for path in (workdir, *workdir.parents) if path.exists())
     if existing == workdir and not existing.is_dir():
@@ -184,10 +237,7 @@ def sites_for(args: argparse.Namespace) -> list[Site]:
     """Each site's node config; folders under --workdir, so that a second call reuses them."""
     files = [str(Path(item).resolve()) for item in args.data_files.split(",") if item.strip()]
     targets = per_site("--target-epsilon", args.target_epsilon, args.sites)
-    if args.lifetime_epsilon:
-        lifetimes = per_site("--lifetime-epsilon", args.lifetime_epsilon, args.sites)
-    else:
-        lifetimes = [LIFETIME_FACTOR * target for target in targets]
+    lifetime = lifetimes(args)
     sites = []
     for site_id in range(args.sites):
         folder = args.workdir.resolve() / "sites" / f"site-{site_id}"
@@ -195,7 +245,7 @@ def sites_for(args: argparse.Namespace) -> list[Site]:
             "partition-id": site_id,
             "num-partitions": args.sites,
             "target-epsilon": targets[site_id],
-            "lifetime-epsilon": lifetimes[site_id],
+            "lifetime-epsilon": lifetime[site_id],
             "ledger-dir": str(folder / "ledgers"),
             "secret-dir": str(folder / "secret"),
             "cache-dir": str(folder / "cache"),
@@ -224,20 +274,32 @@ def _check_lifetime_ledgers(sites: list[Site], config: RunConfig) -> str | None:
     return None
 
 
-def run_config_of(args: argparse.Namespace, run_name: str) -> dict[str, Any]:
-    """The run's config: rounds, the results folder under --workdir, no client-side evaluation (the
-    server evaluates centrally; each evaluation would start one more process per site and round)."""
-    from flwr.common.config import parse_config_args
+def run_config_of(args: argparse.Namespace, run_name: str, app_dir: Path) -> dict[str, Any]:
+    """The run's overrides: rounds, the results folder under --workdir, no client-side evaluation (the
+    server evaluates centrally; each evaluation would start one more process per site and round), then
+    --run-config, read and checked as `dirichlet-fl check` reads it. ValueError (one line) for a bad
+    --run-config, a key a pilot flag sets, or a fused config that does not validate."""
+    from flwr.common.config import get_fused_config_from_dir
 
+    from dirichlet_fl.config import RunConfig
+    from dirichlet_fl.preflight import parse_overrides
+
+    given = parse_overrides([args.run_config], app_dir) if args.run_config.strip() else {}
+    for key, flag in PILOT_OWNED_KEYS.items():
+        if key in given:
+            raise ValueError(f"--run-config: {key} is set by the pilot's {flag}: use that instead of {key}=...")
     config: dict[str, Any] = {
         "num-server-rounds": args.rounds,
         "target-epsilon": max(per_site("--target-epsilon", args.target_epsilon, args.sites)),
         "fraction-evaluate": 0.0,
         "results-dir": str(args.workdir.resolve() / "results"),
         "run-name": run_name,
+        **given,
     }
-    if args.run_config.strip():
-        config.update(parse_config_args([args.run_config]))
+    try:
+        RunConfig.from_run_config(get_fused_config_from_dir(app_dir, config))
+    except ValueError as error:
+        raise ValueError(f"--run-config: {error}") from None
     return config
 
 
@@ -349,11 +411,8 @@ def _run_locked(args: argparse.Namespace, app_dir: Path) -> int:
 
     sites = sites_for(args)
     run_name = _next_run_name(args.workdir.resolve())
-    try:
-        overrides = run_config_of(args, run_name)
-        config = RunConfig.from_run_config(get_fused_config_from_dir(app_dir, overrides))
-    except ValueError as error:
-        return _fail(f"--run-config: {error}")
+    overrides = run_config_of(args, run_name, app_dir)  # checked before the lock: cannot fail here
+    config = RunConfig.from_run_config(get_fused_config_from_dir(app_dir, overrides))
     problem = _check_lifetime_ledgers(sites, config)
     if problem is not None:
         return _fail(problem)

@@ -144,7 +144,7 @@ def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
             "--data-files: file not found: /nowhere/site.npz",
         ),
         (["--sites", "2", "--rounds", "1", "--lifetime-epsilon", "1,2,3"], "--lifetime-epsilon='1,2,3' gives 3 values"),
-        (["--sites", "2", "--rounds", "1", "--run-config", "target-epsilom=2"], "Key 'target-epsilom' is not present"),
+        (["--sites", "2", "--rounds", "1", "--run-config", "target-epsilom=2"], "target-epsilom is not a run-config key; did you mean target-epsilon?"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(

@@ -16,6 +16,10 @@ import pytest
 from cli.certificates import make_node_keys
 from cli.federation import Federation
 from cli.processes import DeploymentError, base_env, executable
+from tests.cli.test_fleet_gateway import post_as_is
+
+BYPASSES = ["/v1/fleet/../control/list-nodes", "/v1/fleet/%2e%2e/control/list-nodes",
+            "/v1/fleet/..%2fcontrol/register-node", "/v1/fleet/register-node"]  # fmt: skip
 
 TEST_BUDGET_S = 120
 pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
@@ -48,6 +52,9 @@ def test_outsider_cannot_register_or_join_through_the_sites_address(
         assert answer["success"] is False and "node-id" not in answer, (code, output)
         assert "/v1/control/register-node: only the Fleet API is served here" in answer["error-message"]
         assert any(path.startswith("POST /v1/control/") for path in federation.gateway.refused)
+        port = int(federation.fleet_address.rsplit(":", 1)[1])
+        for target in BYPASSES:  # what `curl --path-as-is` sends: none reaches the SuperLink's Control API
+            assert post_as_is(port, federation.certs.ca_cert, target) == 403, target
         with pytest.raises(DeploymentError, match="is not registered"):
             federation.add_node({"site": 9}, keys=rogue, register=False, site_id=9)
         nodes = federation.registered_nodes()  # the operator's own view, over the loopback Control API
