@@ -269,8 +269,8 @@ def _check_lifetime_ledgers(sites: list[Site], config: RunConfig) -> str | None:
     for site in sites:
         try:
             lifetime_ledger_of(site, config)
-        except ValueError as error:
-            return f"site {site.site_id}: {error}"
+        except (ValueError, OSError) as error:  # a missing data set is a FileNotFoundError
+            return f"site {site.site_id}: {' '.join(str(error).split())}"
     return None
 
 
@@ -395,11 +395,32 @@ def run(args: argparse.Namespace) -> int:
     problem = _check_args(args, APP_DIR.resolve())
     if problem is not None:
         return _fail(problem)
+    workdir = args.workdir.resolve()
+    folders_before = _folders(workdir)
+    lock_before = (workdir / LOCK_FILE).exists()
     try:
-        with workdir_lock(args.workdir.resolve()):
-            return _run_locked(args, APP_DIR)
+        with workdir_lock(workdir):
+            code = _run_locked(args, APP_DIR)
     except WorkdirUnavailable as error:
         return _fail(str(error))
+    if code == 2:  # bad input: take back the lock file and the empty folders this call made
+        _remove_what_was_made(workdir, folders_before, lock_before)
+    return code
+
+
+def _folders(root: Path) -> set[Path]:
+    """Every folder under `root`, `root` included (empty when it does not exist)."""
+    return {root, *(path for path in root.rglob("*") if path.is_dir())} if root.is_dir() else set()
+
+
+def _remove_what_was_made(workdir: Path, folders_before: set[Path], lock_before: bool) -> None:
+    """Remove pilot.lock if this call made it, then the folders it made that are empty, deepest first:
+    a call refused for bad input leaves the workdir as it found it (files are never removed)."""
+    if not lock_before:
+        (workdir / LOCK_FILE).unlink(missing_ok=True)
+    for folder in sorted(_folders(workdir) - folders_before, key=lambda path: len(path.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only an empty folder goes
 
 
 def _run_locked(args: argparse.Namespace, app_dir: Path) -> int:

@@ -38,7 +38,10 @@ PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
 
 def parse_overrides(lines: list[str], app_dir: Path) -> dict[str, Any]:
     """--run-config arguments as `flwr run` reads them; ValueError naming what it would drop or reject."""
-    if not (len(lines) == 1 and lines[0].endswith(".toml")):
+    if len(lines) == 1 and lines[0].endswith(".toml"):
+        if not Path(lines[0]).is_file():
+            raise ValueError(f"--run-config {lines[0]}: no such TOML file; give an existing file or KEY=VALUE pairs")
+    else:
         _check_pairs(lines)
     try:
         overrides = parse_config_args(lines)

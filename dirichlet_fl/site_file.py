@@ -56,6 +56,12 @@ def read_npz_splits(path: Path, key: str, require_test: bool = False) -> dict[st
                   for split in present}
     except ValueError as error:
         raise ValueError(f"{key} {path}: {error}") from None
+    shapes = {split: tuple(images.shape[1:]) for split, (images, _) in splits.items()}
+    for split, shape in shapes.items():
+        if shape != shapes["train"]:
+            raise ValueError(f"{key} {path}: {split}_images are {' x '.join(map(str, shape))} (C x H x W) but "
+                             f"train_images are {' x '.join(map(str, shapes['train']))}: every split must hold "
+                             "images of one shape")
     for split in ("train", "test") if require_test else ("train",):
         if not len(splits[split][1]):
             raise ValueError(f"{key} {path}: {split}_images and {split}_labels hold no examples")

@@ -29,7 +29,15 @@ export FLWR_TELEMETRY_ENABLED=0
 export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0
 PYTHON="$ROOT/.venv/bin/python"
 NUM_CLIENTS="${NUM_CLIENTS:-10}"
-ARGS=(--federation-config "num-supernodes=$NUM_CLIENTS" --run-config "results-dir='$ROOT/results' data-root='$ROOT/data'" "$@")
+# This checkout's results/ and data/ unless the user's own --run-config names results-dir or data-root
+# (a user's key replaces the script's default; passing both would be "given twice").
+given() { local key="$1"; shift; printf '%s\n' "$@" | grep -qE "(^|[[:space:]])$key="; }
+DEFAULTS=""
+given results-dir "$@" || DEFAULTS+="results-dir='$ROOT/results' "
+given data-root "$@" || DEFAULTS+="data-root='$ROOT/data'"
+ARGS=(--federation-config "num-supernodes=$NUM_CLIENTS")
+[ -z "${DEFAULTS// /}" ] || ARGS+=(--run-config "$DEFAULTS")
+ARGS+=("$@")
 "$PYTHON" -m cli.main check "${ARGS[@]}"
 mkdir -p "$FLWR_HOME/local-superlink"
 "$PYTHON" -m cli.staging "$ROOT" "$FLWR_HOME/app"

@@ -242,3 +242,19 @@ def test_bad_pilot_flags_exit_2_naming_the_flag_before_anything_starts(
         assert "give" in err or "choose" in err, err  # the line says the fix
     assert not (tmp_path / "w").exists(), "nothing written, nothing started"
     assert not Path("/sys/dirichlet-fl-pilot-test").exists()
+
+
+def test_run_sh_lets_a_users_results_dir_replace_its_default(tmp_path: Path) -> None:
+    """Issue 29 item 7: `scripts/run.sh --run-config "results-dir=..."` is the user's choice, not "given twice";
+    a bad value next to it still stops the pre-flight (exit 2, naming the key) before any SuperLink starts."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    argv = ["bash", str(root / "scripts" / "run.sh"), "--run-config",
+            f"results-dir='{tmp_path}/mine' num-server-rounds=0"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "dirichlet-fl check: error: num-server-rounds=0 is out of range" in done.stderr, done.stderr
+    assert "given twice" not in done.stderr

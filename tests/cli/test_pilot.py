@@ -10,6 +10,7 @@ Digits data, 1-2 rounds, tiny steps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def test_an_unregistered_supernode_is_refused(tmp_path: Path) -> None:
             "--data-files: file not found: /nowhere/site.npz",
         ),
         (["--sites", "2", "--rounds", "1", "--lifetime-epsilon", "1,2,3"], "--lifetime-epsilon='1,2,3' gives 3 values"),
-        (["--sites", "2", "--rounds", "1", "--run-config", "target-epsilom=2"], "target-epsilom is not a run-config key; did you mean target-epsilon?"),
+        (["--sites", "2", "--rounds", "1", "--run-config", "target-epsilom=2"], "did you mean target-epsilon?"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(
@@ -154,3 +155,43 @@ def test_bad_input_is_one_line_and_exit_code_2(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err
     assert not (tmp_path / "w" / "logs").exists()  # nothing started
+
+
+def pilot_run_config_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
+    """Issue 29 item 5: every bad --run-config or flag value of the probe, and the key its one line names."""
+    base = ["--sites", "2", "--rounds", "1"]
+    return [
+        ([*base, "--run-config", "partitioner=iid"], "partitioner"),
+        ([*base, "--run-config", "seed=1 seed=2"], "seed is given twice"),
+        ([*base, "--run-config", "ε=1"], "ε"),
+        ([*base, "--run-config", str(tmp_path / "missing.toml")], "missing.toml"),
+        ([*base, "--run-config", "target-epsilon="], "target-epsilon"),
+        ([*base, "--run-config", "this is not a config"], "--run-config"),
+        ([*base, "--run-config", "num-server-rounds=2"], "--rounds"),
+        ([*base, "--run-config", "results-dir='/tmp/elsewhere'"], "results-dir"),
+        ([*base, "--run-config", "dataset='cifar10'"], "cifar10"),
+        ([*base, "--target-epsilon", "1e308"], "--target-epsilon"),
+    ]
+
+
+def test_bad_run_config_is_one_line_exit_2_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for args, needle in pilot_run_config_cases(tmp_path):
+        workdir = tmp_path / "w"
+        code = main(["pilot", "--workdir", str(workdir), *args])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and needle in err, (args, err)
+        assert not workdir.exists(), (args, sorted(workdir.rglob("*")))  # no pilot.lock, no empty folder
+
+
+def test_a_workdir_that_cannot_carry_its_paths_is_refused_before_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for workdir in ("", str(tmp_path / "it's"), str(tmp_path / 'a"b')):
+        with pytest.raises(SystemExit) if not workdir else contextlib.nullcontext():
+            code = main(["pilot", "--sites", "1", "--rounds", "1", "--workdir", workdir])
+            assert code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--workdir" in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -97,6 +97,8 @@ def broken(change: str) -> dict[str, np.ndarray]:
         arrays["train_images"], arrays["train_labels"] = arrays["train_images"][:0], arrays["train_labels"][:0]
     elif change == "negative labels":
         arrays["val_labels"] = arrays["val_labels"].astype(np.int64) - 1
+    elif change == "small test images":
+        arrays["test_images"] = np.zeros((len(arrays["test_labels"]), 8, 8), dtype=np.uint8)
     return arrays
 
 
@@ -114,6 +116,7 @@ def broken(change: str) -> dict[str, np.ndarray]:
         ("empty test", r"test_images and test_labels hold no examples"),
         ("empty train", r"train_images and train_labels hold no examples"),
         ("negative labels", r"val_labels lie in -1\.\.5; with 7 classes they must lie in 0\.\.6"),
+        ("small test images", r"test_images are 1 x 8 x 8 \(C x H x W\) but train_images are 3 x 28 x 28"),
     ],
 )
 def test_a_malformed_file_is_one_line_naming_the_file_and_what_is_wrong(
