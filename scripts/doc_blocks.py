@@ -4,8 +4,9 @@ compares the block with a fresh rendering)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from dirichlet_fl.files import write_atomically
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -26,6 +27,4 @@ def replace_block(path: Path, name: str, rendered: str) -> None:
     begin, end = markers(name)
     text = path.read_text()
     start, stop = text.index(begin) + len(begin), text.index(end)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(f"{text[:start]}\n{rendered.rstrip()}\n{text[stop:]}")
-    os.replace(temporary, path)
+    write_atomically(path, f"{text[:start]}\n{rendered.rstrip()}\n{text[stop:]}".encode())
