@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +56,16 @@ def test_render_checks_writes_only_what_changed_and_names_bad_input(
     page.write_text("no markers\n")
     assert render(["y"], check=True, renderers=registry, root=tmp_path) == 2
     assert "no <!-- y:begin -->" in capsys.readouterr().err
+
+
+def test_the_render_command_runs_from_the_checkout_and_names_an_unknown_block() -> None:
+    def command(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "scripts/render.py", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+
+    assert command("--check", "steps-normalized").returncode == 0
+    unknown = command("--check", "no-such-block")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("render: error: unknown block or document")
 
 
 def test_the_robustness_renderer_also_reads_a_study_folder_beside_the_bench_folders(tmp_path: Path) -> None:
