@@ -1,7 +1,7 @@
 """A locked JSON file: one JSON object, written atomically, private, locked, optionally signed; what a
 lifetime ledger, a simulated client's run state file and the node's ledger index are stored in.
 
-The file is written atomically and durably (dirichlet_fl.files: temporary file, fsync, os.replace)
+The file is written atomically and durably (dirichlet_fl.files: temporary file, fsync, rename)
 with mode 0600. Every read-compose-write of it runs under an exclusive `fcntl.flock` on a lock file
 beside it (`.<name>.lock`), so that two processes sharing a file (two runs at one site) never
 lose each other's steps. With a key (a site's lifetime ledger: client/secret_store.py derives it from the node

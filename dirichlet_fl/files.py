@@ -1,26 +1,44 @@
 """Atomic file writes: a reader (or a restarted run) sees the old file or the new one, never a torn one.
 
-The data goes to a temporary file in the same folder, is flushed to disk (fsync), then renamed over
-the target (os.replace is atomic on POSIX); on any error the temporary file is removed and the
-target is left as it was. publish_once hard-links the temporary file instead, for a file that is
-written once and never replaced (a node secret)."""
+The one place the project writes a file through a temporary one. The data goes to a temporary file in
+the same folder, is flushed to disk (fsync), then renamed over the target (os.replace is atomic on
+POSIX) and the folder is flushed, so that the rename survives a power loss too; on any error the
+temporary file is removed and the target is left as it was. write_atomically takes the bytes;
+atomic_path hands a writer that wants a path (matplotlib's savefig, numpy's savez_compressed,
+torch.save) the temporary path to write. publish_once hard-links the temporary file instead, for a
+file that is written once and never replaced (a node secret); atomic_symlink swaps a symbolic link."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace `path` with `data` atomically and durably; the file gets permission bits `mode`."""
-    temporary = _durable_temporary(path, data, mode)
+    with atomic_path(path, mode) as temporary:
+        temporary.write_bytes(data)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path, mode: int | None = None) -> Iterator[Path]:
+    """A temporary path beside `path` for the block to write, e.g.
+    `with atomic_path(target) as temporary: figure.savefig(temporary)`. When the block ends without
+    error the file is flushed to disk and replaces `path` atomically; when it raises, the temporary
+    file is removed and `path` is left as it was. The file gets permission bits `mode`, or with None
+    those a plain open() gives (0666 less the umask: a site's private cache stays private). The
+    temporary name ends in `path`'s suffix, so that a writer that infers the format from the name
+    (savefig) or appends a missing one (savez_compressed) writes the file it is given."""
+    temporary = _new_temporary(path, 0o600 if mode is not None else 0o666)
     try:
+        yield temporary
+        _make_durable(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        _discard(temporary)
         raise
     _sync_folder(path.parent)
 
@@ -29,30 +47,29 @@ def publish_once(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Create `path` holding `data` unless it exists, never visible half written: the temporary file is
     hard-linked into place, and link refuses an existing name, so of two processes publishing at once
     exactly one wins and both then read the same file."""
-    temporary = _durable_temporary(path, data, mode)
+    temporary = _new_temporary(path, 0o600)
     try:
+        temporary.write_bytes(data)
+        _make_durable(temporary, mode)
         os.link(temporary, path)
     except FileExistsError:
         pass  # another process published first: everyone reads theirs
     finally:
-        os.unlink(temporary)
+        _discard(temporary)
     _sync_folder(path.parent)
 
 
-def _durable_temporary(path: Path, data: bytes, mode: int) -> str:
-    """A temporary file beside `path` holding `data`, flushed to disk (fsync), with permission bits `mode`."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def atomic_symlink(link: Path, target: Path) -> None:
+    """Make `link` a symbolic link to `target`, replacing what `link` was in one rename: a reader sees
+    the old link or the new one, and processes racing to make it each use a temporary name of their own."""
+    temporary = link.with_name(f".{link.name}.{uuid.uuid4().hex}.tmp")
+    os.symlink(target, temporary)
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, mode)
+        os.replace(temporary, link)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        _discard(temporary)
         raise
-    return temporary
+    _sync_folder(link.parent)
 
 
 def append_atomically(path: Path, text: str) -> None:
@@ -67,6 +84,33 @@ def append_atomically(path: Path, text: str) -> None:
         except BaseException:
             stream.truncate(size)
             raise
+
+
+def _new_temporary(path: Path, create_mode: int) -> Path:
+    """A new, empty file beside `path`, named after it with its suffix and a random part of its own (so
+    that processes writing the same target at once never share one), created with `create_mode` less
+    the umask (as open() does)."""
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp{path.suffix}")
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, create_mode))
+    return temporary
+
+
+def _make_durable(temporary: Path, mode: int | None) -> None:
+    """Flush the written `temporary` file to disk (fsync) and give it permission bits `mode` (None: keep
+    those it was created with)."""
+    descriptor = os.open(temporary, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    if mode is not None:
+        os.chmod(temporary, mode)
+
+
+def _discard(temporary: Path) -> None:
+    """Remove a temporary file (or link) if it is still there."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)
 
 
 def _sync_folder(folder: Path) -> None:

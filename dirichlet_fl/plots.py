@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from dirichlet_fl.files import atomic_path
 
 CURVES_FILE = "curves.png"
 
@@ -110,9 +111,8 @@ def draw_curves(runs: list[RunCurves], path: str | Path) -> None:
     accuracy_axis.legend(fontsize="small")
     delta = runs[0].delta if runs and runs[0].delta else "?"
     eps_axis.set(title=f"client eps (delta={delta}); x: refused", xlabel="round")
-    temporary = Path(f"{path}.tmp.png")
-    figure.savefig(temporary, dpi=90)
-    os.replace(temporary, path)
+    with atomic_path(Path(path)) as temporary:
+        figure.savefig(temporary, dpi=90, format="png")
 
 
 def _client_epsilons(axis, run: RunCurves) -> None:

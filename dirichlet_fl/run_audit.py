@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dirichlet_fl.audit_plot import plot_roc
 from dirichlet_fl.files import write_atomically
 from dirichlet_fl.run_reader import FinishedRun, load_round_updates, load_run
 from privacy.audit.attacks import lira_offline_scores, per_example_losses, rmia_offline_scores
 from privacy.audit.one_run import one_run_bound, one_run_counts
-from privacy.audit.plot import plot_roc
 from privacy.audit.report import AuditReport, Claim, audit, audit_scores
 from privacy.audit.statistics import CONFIDENCE
 from privacy.audit.update_view import cosine_view_audit

@@ -7,13 +7,13 @@ dirichlet_fl.data). `write_site_file` exports one from a public data set, to reh
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from dirichlet_fl.files import atomic_path
 from dirichlet_fl.image_data import ImageData, Split, to_image_data
 
 SITE_FILE_KEYS = ("train_images", "train_labels", "test_images", "test_labels")
@@ -109,7 +109,6 @@ def write_site_file(path: str | Path, data: ImageData, train: np.ndarray, test: 
         "test_labels": data.test_y[test].numpy().reshape(-1, 1).astype(np.uint8),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp.npz")
-    np.savez_compressed(temporary, **arrays)  # type: ignore[arg-type]
-    os.replace(temporary, path)
+    with atomic_path(path) as temporary, open(temporary, "wb") as stream:
+        np.savez_compressed(stream, **arrays)  # type: ignore[arg-type]
     return path

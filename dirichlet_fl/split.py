@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from torch import Tensor
 
 from dirichlet_fl.config import SYNTHETIC, SplitSpec
 from dirichlet_fl.data import load_dataset, stratified_split
+from dirichlet_fl.files import atomic_path
 from dirichlet_fl.image_data import ImageData
 from dirichlet_fl.partition import partition_indices
 from dirichlet_fl.site_file import load_site_file
@@ -151,9 +151,8 @@ def cached_client_shard(
             "num_classes": federated_split(spec).data.num_classes,
         }  # fmt: skip
         cache_dir.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(saved, temporary)
-        os.replace(temporary, path)
+        with atomic_path(path) as temporary:
+            torch.save(saved, temporary)
     num_classes = int(saved["num_classes"])
     data = ImageData(
         name=spec.dataset, train_x=saved["train_x"], train_y=saved["train_y"], test_x=saved["test_x"],

@@ -3,19 +3,16 @@
 docs/default-job/summary.json is the run folder's summary.json of `bash scripts/run.sh` with no
 arguments (the default job); the block gives its final accuracy, balanced accuracy and macro AUC, the
 rounds, and the largest and smallest client eps with its delta. Run from the root:
-  .venv/bin/python scripts/render_default_job.py
+  .venv/bin/python scripts/render.py default-job
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "docs" / "default-job" / "summary.json"
-DOCUMENT = ROOT / "README.md"
-BLOCK = "default-job"
 
 
 def rendered(result: Path = RESULT) -> str:
@@ -33,13 +30,3 @@ def rendered(result: Path = RESULT) -> str:
             f"{summary['delta']:g}); the run's summary.json is committed as "
             "[docs/default-job/summary.json](docs/default-job/summary.json).\n")
 
-
-def main() -> None:
-    from scripts.doc_blocks import replace_block
-
-    replace_block(DOCUMENT, BLOCK, rendered())
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    main()

@@ -8,7 +8,7 @@ takes the first folder's of its setting), the smallest class recall of any seed,
 dead classes (recall 0) summed over seeds and how many seeds had one. A second table condenses the
 federated non-IID rows at eps 1, beside the non-private ones, into the question the grid answers: which
 loss and warm-up keep every class on every seed. Run from the root:
-  .venv/bin/python scripts/render_grid.py
+  .venv/bin/python scripts/render.py robustness-grid robustness-grid-verdict
 """
 
 from __future__ import annotations
@@ -16,14 +16,10 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "docs" / "robustness" / "grid"
-DOCUMENT = ROOT / "BENCHMARKS.md"
-BLOCK = "robustness-grid"
-VERDICT_BLOCK = "robustness-grid-verdict"
 Setting = tuple[str, str, str, int]
 """(data, network, loss, warm-up rounds) of a group of rows."""
 
@@ -152,14 +148,3 @@ def rendered_verdict(grid: Path = GRID) -> str:
                      + " |")
     return "\n".join(lines) + "\n"
 
-
-def main() -> None:
-    from scripts.doc_blocks import replace_block
-
-    replace_block(DOCUMENT, BLOCK, rendered())
-    replace_block(DOCUMENT, VERDICT_BLOCK, rendered_verdict())
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    main()

@@ -6,7 +6,7 @@ named `<folder> (<partition>)`, and its rates are the rows' own: given by a flag
 validation split). The table gives, per folder, partition and mechanism, the mean over seeds and the
 worst seed of balanced accuracy, the smallest per-class recall of any seed and the dead classes
 (recall 0) summed over seeds. Run from the root:
-  .venv/bin/python scripts/render_robustness.py
+  .venv/bin/python scripts/render.py robustness-table robustness-acceptance
 """
 
 from __future__ import annotations
@@ -14,13 +14,10 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ROOT / "docs" / "robustness"
-DOCUMENT = ROOT / "BENCHMARKS.md"
-BLOCK = "robustness-table"
 SWEEP = ("runs.csv", "sweep.json")
 STUDY = ("table.csv", "study.json")
 
@@ -95,7 +92,6 @@ def rendered(folders: Path = FOLDERS) -> str:
     return "\n".join(lines) + "\n"
 
 
-ACCEPTANCE_BLOCK = "robustness-acceptance"
 ACCEPTANCE_PREFIX = "accept-defaults-"
 MAX_GAP = 0.08
 """Issue 19's check: on every seed every class's recall above 0 and balanced accuracy within 8 points of
@@ -120,14 +116,3 @@ def rendered_acceptance(folders: Path = FOLDERS) -> str:
                          f"{plain_ba:.1f} | {100 * gap:.1f} | {100 * recall:.1f} | {check} |")
     return "\n".join(lines) + "\n"
 
-
-def main() -> None:
-    from scripts.doc_blocks import replace_block
-
-    replace_block(DOCUMENT, BLOCK, rendered())
-    replace_block(DOCUMENT, ACCEPTANCE_BLOCK, rendered_acceptance())
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    main()

@@ -5,20 +5,17 @@ results.json with the command and the machine's load; the table gives, per popul
 each round's seconds, the steady seconds per round (median of rounds 2..R) and peak memory of the whole
 process tree, with their ratios to the smallest population, and whether every client stayed within its
 budget with ledger files for exactly the clients that trained. Run from the root:
-  .venv/bin/python scripts/render_scale.py
+  .venv/bin/python scripts/render.py virtual-clients-table
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "docs" / "scale" / "virtual-clients.json"
-DOCUMENT = ROOT / "BENCHMARKS.md"
-BLOCK = "virtual-clients-table"
 
 
 def _row(row: dict[str, Any]) -> str:
@@ -50,13 +47,3 @@ def rendered(result: Path = RESULT) -> str:
         lines.append(f"- {key.replace('_', ' ')}: target {target['target']}: **{verdict}**")
     return "\n".join(lines) + "\n"
 
-
-def main() -> None:
-    from scripts.doc_blocks import replace_block
-
-    replace_block(DOCUMENT, BLOCK, rendered())
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    main()

@@ -4,19 +4,16 @@
 The table gives, per file, the network, its input, the batch, the median seconds of a plain step, and the
 ratios Dirichlet / plain, normalised / plain (issue 19's target: <= 1.10) and normalised / Dirichlet, with
 the load average the run ended at. Run from the root:
-  .venv/bin/python scripts/render_steps.py
+  .venv/bin/python scripts/render.py steps-normalized
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "docs" / "steps"
-DOCUMENT = ROOT / "BENCHMARKS.md"
-BLOCK = "steps-normalized"
 TARGET = 1.10
 
 
@@ -35,13 +32,3 @@ def rendered(folder: Path = FOLDER) -> str:
                      f"{'yes' if ratio <= TARGET else 'no'} | {load:.1f} |")
     return "\n".join(lines) + "\n"
 
-
-def main() -> None:
-    from scripts.doc_blocks import replace_block
-
-    replace_block(DOCUMENT, BLOCK, rendered())
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    main()

@@ -2,23 +2,15 @@
 
 Each table sits between the markers `<!-- NAME:begin -->` and `<!-- NAME:end -->` of its document; the
 text is sims.study.report.markdown_table of the folder's table.csv, so the docs cannot drift from the
-files (tests/sims/test_study.py checks every target). Run from the repository root:
-  .venv/bin/python scripts/render_study_docs.py
+files. Which folder renders which block: scripts/doc_blocks.py's RENDERERS (the smoke study, the full
+study on the DermaMNIST-shaped stand-in, and BENCHMARKS section 4's MNIST Dirichlet cells under the
+default loss). Run from the repository root:
+  .venv/bin/python scripts/render.py study-table study-full-table mnist-normalized-table
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-TARGETS = (
-    (Path("docs/study.md"), "study-table", Path("docs/study-smoke")),
-    (Path("docs/study.md"), "study-full-table", Path("docs/study-full")),
-    (Path("README.md"), "study-table", Path("docs/study-full")),
-    (Path("BENCHMARKS.md"), "mnist-normalized-table", Path("docs/mnist-normalized/test")),
-)
-"""(document, block, study folder): the smoke study, the full study on the DermaMNIST-shaped stand-in, and
-BENCHMARKS section 4's MNIST Dirichlet cells under the default loss."""
 
 
 def cost(folder: Path) -> str:
@@ -44,14 +36,3 @@ def rendered(folder: Path) -> str:
     return (markdown_table(read_table(folder / TABLE_FILE), load_study(folder / STUDY_FILE)).rstrip("\n")
             + "\n\n" + cost(folder) + "\n")
 
-
-def main() -> None:
-    from scripts.doc_blocks import replace_block
-
-    for document, name, folder in TARGETS:
-        replace_block(document, name, rendered(folder))
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    main()

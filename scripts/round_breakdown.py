@@ -4,7 +4,7 @@ into docs/consortium.md (block round-breakdown) from the committed docs/consorti
 Run the pilot with FLWR_LOG_LEVEL=DEBUG (Flower then stamps every log line with its time), then, from the root:
   .venv/bin/python scripts/round_breakdown.py measure --label before --workdir W --note "load 10-13" \\
       --command "dirichlet-fl pilot --sites 2 --rounds 3 ..."
-  .venv/bin/python scripts/round_breakdown.py render
+  .venv/bin/python scripts/render.py round-breakdown     # render the committed file again, without measuring
 
 Each train message is followed through the logs: the ServerApp's push (SuperLink log `Runtime.PushMessages`),
 the SuperNode's pull of it (`Receiving: train message`), the SuperExec's task poll that starts its ClientApp
@@ -27,10 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "docs" / "consortium" / "round-breakdown.json"
-DOCUMENT = ROOT / "docs" / "consortium.md"
-DOCUMENTS = (DOCUMENT, ROOT / "BENCHMARKS.md")
-"""Where the table is rendered: docs/consortium.md explains it, BENCHMARKS.md (section 6.7) lists it."""
 BLOCK = "round-breakdown"
+"""The block rendered from RESULT: docs/consortium.md explains it, BENCHMARKS.md (section 6.7) lists it
+(both registered in scripts/doc_blocks.py's RENDERERS)."""
 _LINE = re.compile(r"^[A-Z]+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}):\s+(.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PHASES = (
@@ -121,28 +120,27 @@ def rendered(result: Path = RESULT) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str]) -> int:
+    """`measure`: add one pilot call's breakdown to RESULT under its label, then render BLOCK."""
     from dirichlet_fl.files import write_atomically
-    from scripts.doc_blocks import replace_block
+    from scripts.doc_blocks import render
 
     parser = argparse.ArgumentParser(prog="round_breakdown.py")
-    parser.add_argument("action", choices=("measure", "render"))
+    parser.add_argument("action", choices=("measure",))
     parser.add_argument("--label", default="")
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--command", default="")
     parser.add_argument("--note", default="")
     args = parser.parse_args(argv)
-    if args.action == "measure":
-        if not args.label or args.workdir is None:
-            parser.error("measure needs --label and --workdir")
-        runs = json.loads(RESULT.read_text()) if RESULT.is_file() else {}
-        runs[args.label] = {"command": args.command, "note": args.note, **measure(args.workdir)}
-        RESULT.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(RESULT, (json.dumps(runs, indent=2) + "\n").encode())
-    for document in DOCUMENTS:
-        replace_block(document, BLOCK, rendered())
+    if not args.label or args.workdir is None:
+        parser.error("measure needs --label and --workdir")
+    runs = json.loads(RESULT.read_text()) if RESULT.is_file() else {}
+    runs[args.label] = {"command": args.command, "note": args.note, **measure(args.workdir)}
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(RESULT, (json.dumps(runs, indent=2) + "\n").encode())
+    return render([BLOCK])
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    main(sys.argv[1:])
+    raise SystemExit(main(sys.argv[1:]))

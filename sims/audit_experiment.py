@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from dirichlet_fl.audit_plot import plot_roc
 from dirichlet_fl.files import write_atomically
 from privacy.audit.attacks import lira_offline_scores, rmia_offline_scores
 from privacy.audit.one_run import OneRunCounts, one_run_bound, one_run_counts
-from privacy.audit.plot import plot_roc
 from privacy.audit.report import Claim, audit_scores
 from privacy.audit.statistics import CONFIDENCE, AttackCounts, epsilon_from_counts
 from privacy.audit.verdict import verdict

@@ -156,12 +156,3 @@ def results_markdown(results: dict[str, Any]) -> str:
         "## Per seed", "", *header, *(_row_line(row) for row in results["rows"] if row["seed"] != "pooled"), "",
     ])
 
-
-def render_document(document: str, results: dict[str, Any], block: str = "audit-table") -> str:
-    """`document` with the text between `<!-- block:begin -->` and `<!-- block:end -->` (the markers in
-    docs/audit.md that scripts/render_audit.py writes between) replaced by summary_markdown(results)."""
-    begin, end_marker = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
-    start, end = document.find(begin), document.find(end_marker)
-    if start < 0 or end < start:
-        raise ValueError(f"the document has no '{begin}' ... '{end_marker}' block to render the audit table into")
-    return f"{document[: start + len(begin)]}\n{summary_markdown(results)}\n{document[end:]}"

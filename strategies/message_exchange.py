@@ -15,6 +15,8 @@ every stage of SecAgg+. `send_and_receive` below keeps that method's contract an
 One difference: a message the SuperLink did not accept (HttpGrid returns None for its id) is not
 pulled for, so it gets no reply and strategies/replies.py reports its node as silent; Flower's loop
 puts the None into its pull request, which raises TypeError.
+The time is read and waited through CLOCK (the monotonic clock and time.sleep), which a test replaces
+with a clock of its own, so that it checks the waits exactly rather than the loaded machine's scheduling.
 """
 
 from __future__ import annotations
@@ -31,19 +33,35 @@ MAX_PULL_S = 0.5
 """The longest wait between two pulls while no reply arrives."""
 
 
+class MonotonicClock:
+    """Where the exchange reads the time and waits: the machine's monotonic clock (a change of the wall
+    clock moves no deadline) and time.sleep. A test's clock has the same two methods."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+CLOCK = MonotonicClock()
+"""The clock send_and_receive reads and waits on."""
+
+
 def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | None) -> list[Message]:
     """Push `messages` through `grid` and pull their replies until all arrived or `timeout` s passed
     (Grid.send_and_receive's contract; see the module docstring). Returns the replies in arrival order."""
+    clock = CLOCK
     pending = {message_id for message_id in grid.push_messages(messages) if message_id is not None}
-    end = time.time() + (timeout if timeout is not None else 0.0)
+    end = clock.now() + (timeout if timeout is not None else 0.0)
     interval = FIRST_PULL_S
     replies: list[Message] = []
-    while pending and (timeout is None or time.time() < end):
+    while pending and (timeout is None or clock.now() < end):
         arrived = list(grid.pull_messages(list(pending)))
         replies.extend(arrived)
         pending -= {reply.metadata.reply_to_message_id for reply in arrived}
         if pending:
             interval = FIRST_PULL_S if arrived else interval
-            time.sleep(interval)
+            clock.sleep(interval)
             interval = min(2 * interval, MAX_PULL_S)
     return replies

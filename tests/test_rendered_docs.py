@@ -1,22 +1,33 @@
-"""Numbers in the docs come from committed result files: each rendered block equals a fresh rendering."""
+"""Numbers in the docs come from committed result files: every rendered block in the docs is registered
+(scripts/doc_blocks.py's RENDERERS) and equals what its renderer makes of the committed files; the prose
+that reads the robustness grid states what the grid's files hold."""
 
 from __future__ import annotations
 
 import math
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from scripts import render_robustness, render_scale, round_breakdown
-from scripts.doc_blocks import block, replace_block
+from scripts import render_robustness
+from scripts.doc_blocks import RENDERERS, ROOT, Renderer, block, blocks_in_docs, render, replace_block
+
+BLOCKS = blocks_in_docs()
 
 
-def test_benchmarks_robustness_table_is_the_committed_sweeps() -> None:
-    assert block(render_robustness.DOCUMENT, render_robustness.BLOCK) == render_robustness.rendered()
+@pytest.mark.parametrize(("document", "name"), BLOCKS, ids=[f"{d}:{n}" for d, n in BLOCKS])
+def test_every_block_in_the_docs_is_its_registered_rendering_of_the_committed_files(document: str, name: str) -> None:
+    registered = [r for r in RENDERERS if (r.document, r.block) == (document, name)]
+    assert len(registered) == 1, f"{document}: block {name} is rendered by {len(registered)} entries of RENDERERS"
+    assert registered[0].current() == registered[0].render(), f"run: .venv/bin/python scripts/render.py {name}"
 
 
-def test_benchmarks_virtual_clients_table_is_the_committed_bench_scale_result() -> None:
-    assert block(render_scale.DOCUMENT, render_scale.BLOCK) == render_scale.rendered()
+def test_every_registered_block_is_in_its_document_once() -> None:
+    assert sorted((r.document, r.block) for r in RENDERERS) == sorted(set(BLOCKS)) == sorted(BLOCKS)
 
 
 def test_a_block_is_replaced_in_place_and_a_missing_one_is_named(tmp_path: Path) -> None:
@@ -29,9 +40,32 @@ def test_a_block_is_replaced_in_place_and_a_missing_one_is_named(tmp_path: Path)
         block(page, "other")
 
 
-def test_consortium_round_breakdown_is_the_committed_measurement() -> None:
-    for document in round_breakdown.DOCUMENTS:
-        assert block(document, round_breakdown.BLOCK) == round_breakdown.rendered(), document
+def test_render_checks_writes_only_what_changed_and_names_bad_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "a.md"
+    page.write_text("<!-- x:begin -->\nold\n<!-- x:end -->\n<!-- y:begin -->\n| ok |\n<!-- y:end -->\n")
+    registry = [Renderer("a.md", "x", "os.path:join", ("new\n",)), Renderer("a.md", "y", "os.path:join", ("| ok |\n",))]
+    assert render(["a.md"], check=True, renderers=registry, root=tmp_path) == 1
+    assert capsys.readouterr().err.count("out of date") == 1  # x only
+    assert render(["x"], renderers=registry, root=tmp_path) == 0 and block(page, "x") == "new\n"
+    written = page.stat().st_mtime_ns
+    assert render(renderers=registry, root=tmp_path) == 0 and "2 blocks, 0 changed" in capsys.readouterr().out
+    assert page.stat().st_mtime_ns == written and render(check=True, renderers=registry, root=tmp_path) == 0
+    assert render(["z"], renderers=registry, root=tmp_path) == 2
+    assert "unknown block or document 'z'" in capsys.readouterr().err
+    page.write_text("no markers\n")
+    assert render(["y"], check=True, renderers=registry, root=tmp_path) == 2
+    assert "no <!-- y:begin -->" in capsys.readouterr().err
+
+
+def test_the_render_command_runs_from_the_checkout_and_names_an_unknown_block() -> None:
+    def command(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "scripts/render.py", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+
+    assert command("--check", "steps-normalized").returncode == 0
+    unknown = command("--check", "no-such-block")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("render: error: unknown block or document")
 
 
 def test_the_robustness_renderer_also_reads_a_study_folder_beside_the_bench_folders(tmp_path: Path) -> None:
@@ -65,13 +99,6 @@ def test_the_robustness_renderer_also_reads_a_study_folder_beside_the_bench_fold
         "(tuned) | 2 | 70.0 | 60.0 | 50.0 | 2 | 90.0 |",
         "| z-study (iid) | digits.npz | dirichlet | 1.0 | batch 32, normalized, cap 20, effective rate 0.1 | 1 | "
         "70.0 | 70.0 | 50.0 | 1 | 90.0 |"]
-
-
-def test_benchmarks_robustness_grid_is_the_committed_grid() -> None:
-    from scripts import render_grid
-
-    assert block(render_grid.DOCUMENT, render_grid.BLOCK) == render_grid.rendered()
-    assert block(render_grid.DOCUMENT, render_grid.VERDICT_BLOCK) == render_grid.rendered_verdict()
 
 
 def test_the_grid_measures_each_seeds_gap_to_the_non_private_run_of_the_same_network_and_warmup(
@@ -123,16 +150,8 @@ def test_the_grid_measures_each_seeds_gap_to_the_non_private_run_of_the_same_net
         "| d.npz | lenet, norm none | normalized, cap 20 | 75.0, 1 of 2 | 69.0, 0 of 1 |"]
 
 
-def test_readme_default_job_sentence_is_the_committed_run() -> None:
-    from scripts import render_default_job
-
-    assert block(render_default_job.DOCUMENT, render_default_job.BLOCK) == render_default_job.rendered()
-
-
-def test_benchmarks_acceptance_table_is_the_committed_acceptance_runs() -> None:
-    text = render_robustness.rendered_acceptance()
-    assert block(render_robustness.DOCUMENT, render_robustness.ACCEPTANCE_BLOCK) == text
-    assert "| pass |" in text
+def test_the_committed_acceptance_runs_pass() -> None:
+    assert "| pass |" in render_robustness.rendered_acceptance()
 
 
 def test_the_acceptance_check_fails_a_dead_class_or_a_gap_above_8_points(tmp_path: Path) -> None:
@@ -155,40 +174,123 @@ def test_the_acceptance_check_fails_a_dead_class_or_a_gap_above_8_points(tmp_pat
     assert checks == ["pass", "FAIL", "FAIL"]  # a 7-point gap passes; 9 points, and a dead class, fail
 
 
-def test_benchmarks_normalised_step_table_is_the_committed_bench_steps_results() -> None:
-    from scripts import render_steps
+STAND_IN, DEFAULT_NET, NORMALIZED = "dermamnist-shaped-digits.npz", "lenet, norm none", "normalized, cap 20"
+STAND_IN_CLASSES = 7
+"""DermaMNIST's classes: a seed at balanced accuracy 1/7 predicts one class (it collapsed)."""
+WORDS = ("no", "one", "two", "three", "four", "five")
+PARTITIONS = {"central": "central", "iid": "IID", "0.3": "non-IID"}
+Setting = tuple[str, str, str, int]
 
-    assert block(render_steps.DOCUMENT, render_steps.BLOCK) == render_steps.rendered()
+
+class Grid:
+    """The committed robustness grid (scripts/render_grid.grid_rows), asked what BENCHMARKS.md 11.2 states."""
+
+    def __init__(self) -> None:
+        from scripts import render_grid
+
+        self.groups = {(s, p, float(e)): (rows, gaps) for s, p, e, rows, gaps in render_grid.grid_rows()}
+
+    def of(self, keep: Callable[[Setting], bool]) -> list[tuple[Setting, str, float]]:
+        """The groups (setting, partition, eps) whose setting `keep` accepts."""
+        return [key for key in self.groups if keep(key[0])]
+
+    def seeds(self, setting: Setting, partition: str, epsilon: float = 1.0) -> set[str]:
+        return {r["seed"] for r in self.groups[(setting, partition, epsilon)][0]}
+
+    def lost(self, setting: Setting, partition: str, epsilon: float = 1.0) -> set[str]:
+        """The seeds that ended with a class at recall 0."""
+        return {r["seed"] for r in self.groups[(setting, partition, epsilon)][0] if int(r["dead_classes"])}
+
+    def collapsed(self, setting: Setting, partition: str, epsilon: float = 1.0) -> set[str]:
+        """The seeds that predict one class (balanced accuracy 1/K)."""
+        return {r["seed"] for r in self.groups[(setting, partition, epsilon)][0]
+                if math.isclose(float(r["balanced_accuracy"]), 1 / STAND_IN_CLASSES, abs_tol=1e-3)}
+
+    def gap_points(self, setting: Setting, partition: str, epsilon: float = 1.0) -> float:
+        """The largest gap of any seed below its non-private run, in points, rounded up to a tenth."""
+        return math.ceil(1000 * max(self.groups[(setting, partition, epsilon)][1])) / 10
+
+    def mean(self, setting: Setting, partition: str, epsilon: float) -> float:
+        return statistics.mean(float(r["balanced_accuracy"]) for r in self.groups[(setting, partition, epsilon)][0])
 
 
-def test_the_grids_prose_in_benchmarks_holds_on_the_committed_grid() -> None:
-    """BENCHMARKS.md 11.2's "What it shows" states facts of the committed grid in words; each is checked here."""
-    from scripts import render_grid
+def _joined(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
-    stand_in, default_net, normalized = "dermamnist-shaped-digits.npz", "lenet, norm none", "normalized, cap 20"
-    groups = {(s, p, float(e)): (rows, gaps) for s, p, e, rows, gaps in render_grid.grid_rows()}
 
-    def lost(setting: tuple, partition: str, epsilon: float = 1.0) -> set[str]:
-        return {r["seed"] for r in groups[(setting, partition, epsilon)][0] if int(r["dead_classes"])}
+def _every(flag: bool) -> str:
+    return "every" if flag else "not every"
 
-    for (setting, _, _), (rows, _) in groups.items():  # the paper's loss lost a class on every seed
-        if setting[2] == "paper":
-            assert all(int(r["dead_classes"]) for r in rows), setting
-    cold, warm = (stand_in, default_net, normalized, 0), (stand_in, default_net, normalized, 3)
-    for partition in ("iid", "0.3"):  # without a warm-up: collapsed to the majority class on some seed
-        assert min(float(r["balanced_accuracy"]) for r in groups[(cold, partition, 1.0)][0]) == pytest.approx(1 / 7)
-    assert lost(cold, "central")
-    for partition in ("central", "iid"):  # with it: every class on every seed, within 3.1 points
-        rows, gaps = groups[(warm, partition, 1.0)]
-        assert not lost(warm, partition) and len(rows) == 5 and max(gaps) <= 0.031
-    assert len(lost(warm, "0.3")) == 2 and all(lost(warm, "0.3", e) == lost(warm, "0.3") for e in (0.5, 4.0))
-    assert not lost((stand_in, default_net, "cross-entropy", 3), "0.3", math.inf)
-    low_rates = (stand_in, "lenet, norm group", f"{normalized}, rates 0.005/0.01/0.02", 3)
-    assert not lost(low_rates, "central") and max(groups[(low_rates, "central", 1.0)][1]) <= 0.01
-    assert not lost((stand_in, "lenet, norm group-8", normalized, 3), "central")
-    for loss in (normalized, "paper"):  # resnet9: both losses collapsed where cross-entropy trained
-        rows = groups[((stand_in, "resnet9, norm default", loss, 3), "central", 1.0)][0]
-        assert [float(r["balanced_accuracy"]) for r in rows] == pytest.approx([1 / 7])
-    assert float(groups[((stand_in, "resnet9, norm default", "cross-entropy", 3), "central", math.inf)][0][0]
-                 ["balanced_accuracy"]) > 0.9
-    assert all(not lost(s, p, e) for s, p, e in groups if s[0] == "mnist-idx")  # MNIST: no seed lost a class
+
+def grid_findings(grid: Grid) -> list[str]:
+    """The statements of BENCHMARKS.md 11.2's "What it shows", each worded from the committed grid: every
+    number, count and quantifier in them is computed, so a change of the files changes the words."""
+    found = []
+    paper = grid.of(lambda s: s[0] == STAND_IN and s[2] == "paper")
+    networks = {s[1] for s, _, _ in grid.of(lambda s: s[0] == STAND_IN)}
+    every_network = "every network" if {s[1] for s, _, _ in paper} == networks else "some networks"
+    where = ("centrally and federated" if {"central", "0.3"} <= {p for _, p, _ in paper} else "centrally",
+             "with and without a warm-up" if {0, 3} <= {s[3] for s, _, _ in paper} else "without a warm-up")
+    found.append(f"**The paper's loss lost a class on {_every(all(grid.lost(*g) == grid.seeds(*g) for g in paper))} "
+                 f"seed of {every_network}**, {where[0]}, {where[1]}:")
+    bare = [g for g in paper if g[0][1] == DEFAULT_NET]
+    found.append("without a norm layer it collapsed to the majority class "
+                 + ("everywhere" if all(grid.collapsed(*g) == grid.seeds(*g) for g in bare) else "on some seeds"))
+
+    cold, warm = (STAND_IN, DEFAULT_NET, NORMALIZED, 0), (STAND_IN, DEFAULT_NET, NORMALIZED, 3)
+    fell = [p for p in ("iid", "0.3") if grid.collapsed(cold, p)]
+    others = "other seeds" if all("0" not in grid.collapsed(cold, p) for p in fell) else "seeds"
+    found.append(f"at the rate tuned on seed 0 it collapsed to the majority class on {others}, "
+                 f"{_joined([PARTITIONS[p] for p in fell])}, and "
+                 f"{'lost classes' if grid.lost(cold, 'central') else 'kept every class'} centrally.")
+
+    collapsed = sum(len(grid.collapsed(*g)) for g in grid.of(lambda s: s == warm))
+    kept = [p for p in ("central", "iid") if not grid.lost(warm, p)]
+    found.append(f"**With a {warm[3]}-round warm-up {WORDS[collapsed]} seed of the default network collapsed**: "
+                 f"every {_joined([PARTITIONS[p] for p in kept])} seed kept every class, within "
+                 f"{max(grid.gap_points(warm, p) for p in kept):.1f} points of the non-private run of the same seed.")
+    skewed, plain = grid.lost(warm, "0.3"), grid.lost((STAND_IN, DEFAULT_NET, "cross-entropy", 3), "0.3", math.inf)
+    dead = max(int(r["dead_classes"]) for r in grid.groups[(warm, "0.3", 1.0)][0])
+    same = [f"{e:g}" for s, p, e in sorted(grid.of(lambda s: s == warm)) if p == "0.3" and grid.lost(s, p, e) == skewed]
+    found.append(f"Under beta 0.3, {WORDS[len(skewed)]} of the {WORDS[len(grid.seeds(warm, '0.3'))]} seeds still "
+                 f"lost {WORDS[dead]} rare class (the same {WORDS[len(skewed)]} at eps {_joined(same)}), where the "
+                 f"non-private run lost {WORDS[len(plain)] if plain else 'none'}:")
+
+    group8 = (STAND_IN, "lenet, norm group-8", NORMALIZED, 3)
+    found.append(f"with 8 channels per group (`group-8`) {_every(not grid.lost(group8, 'central'))} central seed "
+                 "kept every class.")
+    low = (STAND_IN, "lenet, norm group", f"{NORMALIZED}, rates 0.005/0.01/0.02", 3)
+    low_plain = grid.lost((STAND_IN, "lenet, norm group", "cross-entropy, rates 0.005/0.01/0.02", 3), "0.3", math.inf)
+    gap = grid.gap_points(low, "central")
+    found.append(f"{_every(not grid.lost(low, 'central'))} central seed of the 2-channel GroupNorm kept every class, "
+                 f"{'within a point' if gap <= 1 else f'within {gap:.1f} points'} of its non-private run; under beta "
+                 f"0.3 its seeds {'still lost a class' if grid.lost(low, '0.3') else 'kept every class'}, as its "
+                 f"non-private run did on {'some' if 0 < len(low_plain) < len(grid.seeds(low, '0.3')) else 'all'} too.")
+
+    cnn = grid.of(lambda s: s[1] == "cnn, norm default" and s[2] == "cross-entropy")
+    fails = all(grid.lost(*g) == grid.seeds(*g) for g in cnn if g[1] == "0.3")
+    found.append(f"**`cnn` {'fails' if fails else 'trains'} under label skew without any privacy** (the cross-entropy "
+                 "rows)")
+    resnet = grid.of(lambda s: s[1] == "resnet9, norm default" and s[2] != "cross-entropy")
+    both = len(resnet) == 2 and all(grid.collapsed(*g) == grid.seeds(*g) for g in resnet)
+    trained = not grid.lost((STAND_IN, "resnet9, norm default", "cross-entropy", 3), "central", math.inf)
+    found.append(f"{'both losses' if both else 'not both losses'} collapsed to the majority class where the "
+                 f"non-private run {'trained' if trained else 'collapsed too'}")
+
+    epsilons = sorted(e for s, p, e in grid.of(lambda s: s == warm) if p == "0.3")
+    means = [grid.mean(warm, "0.3", e) for e in epsilons]
+    found.append(f"**eps {'barely moves' if max(means) - min(means) < 0.01 else 'moves'} the default network's "
+                 f"numbers** between {epsilons[0]:g} and {epsilons[-1]:g} under beta 0.3; centrally at eps "
+                 f"{epsilons[0]:g} {WORDS[len(grid.lost(warm, 'central', epsilons[0]))]} seed lost a class.")
+    mnist_lost = sum(len(grid.lost(*g)) for g in grid.of(lambda s: s[0] == "mnist-idx"))
+    found.append(f"{WORDS[mnist_lost]} seed lost a class, and every cell is within a few tenths of a point")
+    return found
+
+
+def test_the_grids_prose_in_benchmarks_says_what_the_committed_grid_holds() -> None:
+    """BENCHMARKS.md 11.2's "What it shows" in words, each worded again from the committed grid's files:
+    a changed number, count or quantifier in either the prose or the files fails here."""
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    prose = " ".join(text[text.index("What it shows, read seed by seed"):text.index("### 11.3")].split())
+    missing = [finding for finding in grid_findings(Grid()) if finding not in prose]
+    assert not missing, "BENCHMARKS.md 11.2 does not say what the grid holds:\n" + "\n".join(missing)

@@ -6,5 +6,4 @@ attacks      the scores: loss, offline LiRA, offline RMIA
 one_run      one-run auditing (Steinke et al. 2023): ONE_RUN_FRACTIONS and the one Bonferroni bound
 update_view  canary cosines of model updates and the Gaussian eps estimate (Andrew et al. 2024)
 verdict      violation / no violation / inconclusive at matched utility
-plot         ROC curves as a PNG
 """

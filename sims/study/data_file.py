@@ -8,9 +8,9 @@ app's loader reads it as is. With --dataset npz the app reads the file itself (i
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from dirichlet_fl.files import atomic_symlink
 from dirichlet_fl.site_file import check_labels, read_npz_splits
 
 FLAG = "--data-path"
@@ -31,14 +31,11 @@ def check_medmnist_layout(path: Path, num_classes: int) -> None:
 
 def linked_root(path: Path, flag: str, folder: Path) -> Path:
     """A folder holding `<flag>.npz` -> path, for medmnist's reader: a symlink, left as it is when it
-    already points there, else replaced atomically (a temporary name per process: workers may race)."""
+    already points there, else replaced atomically (dirichlet_fl.files.atomic_symlink: workers may race)."""
     folder.mkdir(parents=True, exist_ok=True)
     link = folder / f"{flag}.npz"
     target = path.resolve()
     if link.is_symlink() and link.resolve() == target:
         return folder
-    temporary = folder / f".{flag}.npz.{os.getpid()}.tmp"
-    temporary.unlink(missing_ok=True)
-    temporary.symlink_to(target)
-    os.replace(temporary, link)
+    atomic_symlink(link, target)
     return folder

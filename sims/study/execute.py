@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from dirichlet_fl.files import write_atomically
 from sims.study.plan import Cell, Study, cells, check, given_rate, run_config
 from sims.study.report import markdown_table, plot_accuracy, plot_client_spread, plot_partitions
 from sims.study.runner import (
@@ -18,7 +19,6 @@ from sims.study.runner import (
     resumable,
     row_key,
     run_all,
-    write_atomically,
 )
 from sims.study.tuning import (
     chosen_rates,
@@ -47,14 +47,14 @@ def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
     done, tuned = resumable(out_dir, study) if resume or table_only else ([], [])
     _app_checks(study)
     check(study)
-    write_atomically(out_dir / STUDY_FILE, describe(study))
+    write_atomically(out_dir / STUDY_FILE, describe(study).encode())
     start = time.perf_counter()
     rows, tuning_rows = (done, tuned) if table_only else run_all(study, workers, out_dir, done, tuned)
     keys = {cell.key for cell in cells(study)}
     rows = [row for row in rows if row_key(row) in keys]
     wanted = {run.key for run in tuning_runs(study)}
     tuning_rows = [row for row in tuning_rows if tuning_key(row) in wanted]
-    write_atomically(out_dir / "table.md", markdown_table(rows, study))
+    write_atomically(out_dir / "table.md", markdown_table(rows, study).encode())
     plot_accuracy(rows, study, out_dir / "accuracy_vs_epsilon.png")
     plot_client_spread(rows, study, out_dir / "client_spread.png")
     pictures = [out_dir / "accuracy_vs_epsilon.png", out_dir / "client_spread.png", *plot_partitions(study, out_dir)]

@@ -1,6 +1,6 @@
 """The study's summary (table.md: mean ± sd over seeds) and pictures, from table.csv's rows.
 
-Pictures (matplotlib's object-oriented Agg API, written through a temporary file and os.replace):
+Pictures (matplotlib's object-oriented Agg API, written atomically: dirichlet_fl.files.atomic_path):
 accuracy_vs_epsilon.png (accuracy and balanced accuracy against eps, one line per partition and
 mechanism, mechanism none as a horizontal line), client_spread.png (per cell, the clients' accuracies
 on their own label mix, pooled over seeds, as a box plot) and partition-<beta>.png (the class x
@@ -10,13 +10,13 @@ client counts of each partition, seed of the study's first seed; dirichlet_fl.pa
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dirichlet_fl.files import atomic_path
 from dirichlet_fl.partition import label_counts, plot_label_counts
 from dirichlet_fl.split import federated_split
 from sims.study.plan import Cell, Study, clients_of, run_config
@@ -90,9 +90,8 @@ def _figure(width: float, height: float, panels: int = 1) -> tuple[Figure, list[
 
 
 def _save(figure: Figure, path: Path) -> None:
-    temporary = path.with_name(f".{path.stem}.tmp.png")
-    figure.savefig(temporary, dpi=100)
-    os.replace(temporary, path)
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, dpi=100, format="png")
 
 
 def plot_accuracy(rows: list[dict[str, object]], study: Study, path: Path) -> None:
@@ -144,9 +143,8 @@ def plot_partitions(study: Study, out_dir: Path) -> list[Path]:
         labels = split.data.train_y.numpy()
         counts = label_counts(labels, split.train_parts, split.data.num_classes)
         path = out_dir / f"partition-{partition.replace('=', '-')}.png"
-        temporary = path.with_name(f".{path.stem}.tmp.png")
-        plot_label_counts(np.asarray(counts), str(temporary),
-                          f"{split.data.name}: beta={partition}, {clients} clients, seed {study.seeds[0]}")
-        os.replace(temporary, path)
+        with atomic_path(path) as temporary:
+            plot_label_counts(np.asarray(counts), str(temporary),
+                              f"{split.data.name}: beta={partition}, {clients} clients, seed {study.seeds[0]}")
         paths.append(path)
     return paths

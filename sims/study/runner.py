@@ -1,6 +1,6 @@
 """Run the study's tuning runs, then its cells; keep tuning.csv and table.csv current; resume.
 
-Both files are rewritten whole (temp file + os.replace) after every finished run, so a study killed at
+Both files are rewritten whole (atomically: dirichlet_fl.files) after every finished run, so a study killed at
 any moment leaves readable files of the runs done; --resume reads them, keeps each run once (the first
 row of a run, should a file hold two) and runs only the runs they lack. The tuning runs go first (the
 cells need their rates: sims/study/tuning.py), one progress count and time left covering both.
@@ -15,7 +15,6 @@ import io
 import json
 import math
 import multiprocessing
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from dirichlet_fl.files import write_atomically
 from sims.study.cell import COLUMNS, run_cell
 from sims.study.plan import Cell, Study, cells, given_rate
 from sims.study.tuning import TUNING_COLUMNS, TuningRun, chosen_rates, run_tuning, tuning_key, tuning_runs
@@ -37,13 +37,6 @@ FLAGS = {"partitions": "--betas"}
 """The flag of a Study field whose name is not the flag's (the partitions: --betas, --classes-per-client
 and --site-file together)."""
 Task = tuple[Study, Cell, float, str] | tuple[Study, TuningRun]
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and os.replace."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 def describe(study: Study) -> str:
@@ -155,12 +148,12 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
     todo = [cell for cell in cells(study) if cell.key not in finished]
     progress = Progress(len(tuning_todo) + len(todo))
     tuning_rows, rows = list(tuned), list(done)
-    write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS))
-    write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS))
+    write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS).encode())
+    write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS).encode())
     with _mapper(workers if len(tuning_todo) + len(todo) > 1 else 1) as mapper:
         for row in mapper(tuning_todo):
             tuning_rows.append(row)
-            write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS))
+            write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS).encode())
             shown = (f"validation balanced accuracy {row['balanced_accuracy']:.4f}" if row["status"] == "ok"
                      else str(row["status"]))
             progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} rate "
@@ -169,7 +162,7 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
         tasks: list[Task] = [(study, cell, *_rate(study, cell, chosen)) for cell in todo]
         for row in mapper(tasks):
             rows.append(row)
-            write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS))
+            write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS).encode())
             accuracy = row.get("accuracy")
             shown = f"accuracy {accuracy:.4f}" if isinstance(accuracy, float) else str(row["status"])
             progress.report(f"beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} seed {row['seed']} "

@@ -158,14 +158,6 @@ def test_partition_words_are_canonical() -> None:
         "0.3", "1", "iid", "central", "classes=2"]
 
 
-def test_the_docs_tables_are_the_committed_studies() -> None:
-    from scripts.doc_blocks import block
-    from scripts.render_study_docs import TARGETS, rendered
-
-    for document, name, folder in TARGETS:
-        assert block(document, name) == rendered(folder), f"{document} {name}: run scripts/render_study_docs.py"
-
-
 def test_the_dermamnist_paper_preset_is_the_papers_setting_and_flags_override_it(tmp_path: Path) -> None:
     from cli.main import build_parser
     from cli.study import apply_preset

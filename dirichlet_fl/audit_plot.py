@@ -1,11 +1,15 @@
-"""ROC curves of membership attacks as a PNG (matplotlib is imported only when a plot is drawn)."""
+"""ROC curves of membership attacks as a PNG (matplotlib is imported only when a plot is drawn).
+
+Presentation, not privacy: it draws privacy.audit's ROC curves and writes the file through
+dirichlet_fl.files, so it sits in the foundation beside the run audit (run_audit.py) that draws with it,
+as sims/audit_experiment.py does."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from dirichlet_fl.files import atomic_path
 from privacy.audit.report import AuditReport
 from privacy.audit.statistics import RocCurve
 
@@ -40,6 +44,5 @@ def plot_roc(
         figure.suptitle(title)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    figure.savefig(temporary, dpi=100, format="png")
-    os.replace(temporary, target)
+    with atomic_path(target) as temporary:
+        figure.savefig(temporary, dpi=100, format="png")
