@@ -14,8 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, cast
 
-from dirichlet_fl.models import MODELS
-from dirichlet_fl.norms import check_norm
+from dirichlet_fl.norms import MODELS, check_norm
 from dirichlet_fl.partition import PARTITIONERS
 from privacy.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
