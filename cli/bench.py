@@ -98,6 +98,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     not given is None here and filled by sims.study.bench_preset: from --quick, else the bench's default)."""
     from cli.study import rate_flags
     from dirichlet_fl.norms import MODELS
+    from privacy.registry import BASELINE_FIRST
     from sims.study.bench_preset import DEFAULTS, SPLITS
     from sims.study.tuning import DEFAULT_GRID, grid_text
 
@@ -122,7 +123,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     add("--rounds", type=int)
     add("--local-epochs", type=float)
     add("--batch-size", type=int)
-    rate_flags(parser, add, grid_text(DEFAULT_GRID, ("none", "dirichlet", "dpsgd")))
+    rate_flags(parser, add, grid_text(DEFAULT_GRID, BASELINE_FIRST))
     add("--learning-rate-mode", choices=["effective", "adaptive"],
         help="the Dirichlet clients' rate rule (the app's learning-rate-mode)")
     parser.add_argument("--validation", action="store_true",

@@ -30,6 +30,7 @@ from flwr.common.config import flatten_dict, get_fused_config_from_dir, get_proj
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
 from dirichlet_fl.config import MAX_LOCAL_STEPS, SYNTHETIC, RunConfig, clients_per_round
 from privacy.analysis import UnreachableEpsilonError, epsilon_floor
+from privacy.registry import mechanism_class
 
 if TYPE_CHECKING:
     from dirichlet_fl.split import FederatedSplit
@@ -109,7 +110,7 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
         f"results: {Path(config.results_dir).resolve()} is writable"
         + (f"; resuming {config.resume_from}" if config.resume_from else ""),
     ]
-    if config.mechanism == "dirichlet":
+    if mechanism_class(config.mechanism).has_epsilon_floor:
         worst = max(trainers, key=lambda c: floors[c] / config.target_epsilon_for(c, num_clients))
         lines_out.append(
             f"budgets: every client's eps is reachable (closest: client {worst}, floor {floors[worst]:.4g} "
@@ -183,12 +184,13 @@ def _check_budget(config: RunConfig, client: int, size: int, num_clients: int) -
     if steps > MAX_LOCAL_STEPS:
         raise ValueError(f"local-epochs={config.local_epochs:g} gives client {client} {steps:,} steps a round "
                          f"(local-epochs / q), above {MAX_LOCAL_STEPS:,}: lower local-epochs or set local-steps")
-    if config.mechanism == "none":
+    mechanism = mechanism_class(config.mechanism)
+    if not mechanism.private:
         return 0.0
     if config.delta >= 1 / size:
         raise ValueError(f"delta={config.delta:g} is too large for client {client} ({size} examples): it must lie "
                          f"below 1/n = {1 / size:.3g}, since a delta of 1/n lets one example in n leak outright")
-    if config.mechanism != "dirichlet":
+    if not mechanism.has_epsilon_floor:
         return 0.0
     floor = epsilon_floor(spec.sample_rate, spec.planned_steps, config.delta)
     if floor.epsilon >= target:
