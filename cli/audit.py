@@ -20,7 +20,6 @@ VIEW_CHOICES = ("final-model", "updates", "all")
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "audit",
-        help="membership-inference audit of a finished run (final model, and the coordinator's view of updates)",
         description="Membership inference against a run: loss-threshold and one-run attacks on the final global "
         "model, and a canary-gradient attack on every round's client updates (--view updates, runs kept with "
         "keep-updates=true). Per attack and view: AUC, TPR at 1%% and 0.1%% FPR and an empirical eps lower bound "

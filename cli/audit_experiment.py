@@ -24,7 +24,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     defaults = ExperimentConfig()
     parser = subparsers.add_parser(
         "audit-experiment",
-        help="audit models trained with none, dirichlet and dpsgd at matched utility over several seeds",
         description="A fixed pool of candidates, each a member by a fair coin per seed; one model per mechanism, "
         "eps and seed plus a control that never saw the candidates (the accuracy to match); loss, offline LiRA / "
         "RMIA (K reference models) and one-run membership audits with empirical eps bounds and verdicts.",
@@ -128,7 +127,7 @@ def parse_epsilons(flag: str, text: str) -> tuple[float, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dirichlet_fl.models import MODELS
+    from dirichlet_fl.norms import MODELS
     from sims.audit_experiment import RESULTS_JSON, run_experiment, write_outputs
     from sims.audit_tables import results_markdown
     from sims.audit_training import load_experiment_data

@@ -35,7 +35,7 @@ PROG = "dirichlet-fl bench"
 
 def _steps_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench steps`."""
-    from dirichlet_fl.models import MODELS
+    from dirichlet_fl.norms import MODELS
     parser.add_argument("--model", choices=MODELS, default="cnn", help="network (default cnn)")
     parser.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
     parser.add_argument("--image-size", type=int, default=28, help="square input side (default 28, MNIST)")
@@ -97,7 +97,8 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench accuracy`, a preset of `dirichlet-fl study` (defaults: the full sweep; an option
     not given is None here and filled by sims.study.bench_preset: from --quick, else the bench's default)."""
     from cli.study import rate_flags
-    from dirichlet_fl.models import MODELS
+    from dirichlet_fl.norms import MODELS
+    from privacy.registry import BASELINE_FIRST
     from sims.study.bench_preset import DEFAULTS, SPLITS
     from sims.study.tuning import DEFAULT_GRID, grid_text
 
@@ -122,7 +123,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     add("--rounds", type=int)
     add("--local-epochs", type=float)
     add("--batch-size", type=int)
-    rate_flags(parser, add, grid_text(DEFAULT_GRID, ("none", "dirichlet", "dpsgd")))
+    rate_flags(parser, add, grid_text(DEFAULT_GRID, BASELINE_FIRST))
     add("--learning-rate-mode", choices=["effective", "adaptive"],
         help="the Dirichlet clients' rate rule (the app's learning-rate-mode)")
     parser.add_argument("--validation", action="store_true",
@@ -141,7 +142,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
 
 def _gpu_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench gpu` (defaults: the paper's setting)."""
-    from dirichlet_fl.models import MODELS
+    from dirichlet_fl.norms import MODELS
     parser.add_argument("--data-root", default=None, help="folder holding cifar-10-batches-py/")
     parser.add_argument("--synthetic", action="store_true", help="random CIFAR-shaped data instead of CIFAR10")
     parser.add_argument("--synthetic-size", type=int, default=50_000, help="examples of synthetic data")
@@ -242,8 +243,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     Each benchmark's options are parsed in run() by a parser built from its sims module, so that
     the other subcommands do not import the benchmarks (Flower, Opacus) just to build the CLI."""
-    parser = subparsers.add_parser("bench", help="speed, memory and accuracy benchmarks",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser("bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("benchmark", choices=list(BENCHMARKS), help="which benchmark")
     parser.add_argument("options", nargs=argparse.REMAINDER, help="its options; see `bench <what> --help`")
     parser.set_defaults(func=run, parser_class=type(parser))

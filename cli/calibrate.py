@@ -34,7 +34,6 @@ def whole_number(text: str) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "calibrate",
-        help="solve for the Dirichlet mechanism's r* at a target eps",
         description="r* = sup{r in (0, alpha): eps(r) <= epsilon} for T Poisson-sampled steps (Theorem 10).",
     )
     parser.add_argument("--epsilon", type=float, required=True, help="target eps > 0")

@@ -18,7 +18,6 @@ PROG = "dirichlet-fl check"
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "check",
-        help="validate a run's config, data, shards and budgets before `flwr run`",
         description="Pre-flight of `flwr run`: the fused run config, data, shard sizes, every client's eps.",
     )
     parser.add_argument("--run-config", action="append", default=[], metavar="'KEY=VALUE ...'",

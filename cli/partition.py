@@ -21,7 +21,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the `partition` subcommand, with `func=run`, on a subparsers object."""
     parser = subparsers.add_parser(
         "partition",
-        help="show per-client label counts of a federated split",
         description="Split a data set's training examples among clients and print each client's label counts.",
     )
     parser.add_argument(

@@ -42,7 +42,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the `pilot` subcommand, with `func=run`, on a subparsers object."""
     parser = subparsers.add_parser(
         "pilot",
-        help="run the app on Flower's Deployment Engine on loopback (TLS, authenticated sites)",
         description="One SuperLink and N authenticated SuperNodes on 127.0.0.1, one run, then stop everything. "
         "Exit status: 0 a site trained, 1 the run failed, 2 bad input, 3 the run ended but no site trained.",
     )

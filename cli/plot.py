@@ -17,7 +17,6 @@ PROG = "dirichlet-fl plot"
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plot",
-        help="overlay the accuracy, loss and eps curves of run folders",
         description="Draw central accuracy, loss and client eps per round of one or more run folders.",
     )
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="results-dir/<run> folders")

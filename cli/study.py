@@ -34,8 +34,7 @@ DEFAULTS: dict[str, object] = {}
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the `study` subcommand, with `func=run`."""
-    parser = subparsers.add_parser("study", help="sweep non-IID splits x eps x mechanism x seeds",
-                                   description=(__doc__ or "").split("\n\n")[0])
+    parser = subparsers.add_parser("study", description=(__doc__ or "").split("\n\n")[0])
     _options(parser)
     parser.set_defaults(func=run, parser=parser)
 

@@ -235,7 +235,7 @@ def train_round(
         "node-secret": int(node.secret is not None),
         "secure-rng": int(config.secure_rng),
     }
-    if mechanism.name != "dpsgd":  # DP-SGD's loss is of the un-noised batch: its eps does not cover it
+    if mechanism.reports_training_loss:  # DP-SGD's loss is of the un-noised batch: its eps does not cover it
         metrics["train-loss"] = mean_loss if math.isfinite(mean_loss) else 0.0
     return RoundOutcome(mechanism, weights=model.state_dict(), metrics=metrics)
 

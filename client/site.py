@@ -28,7 +28,7 @@ from client.secret_store import SECRET_BYTES, stored_secret
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import SUMMARY_MARK
 from privacy.checks import check_in_open_interval, check_integer, check_positive
-from privacy.registry import MECHANISMS
+from privacy.registry import MECHANISMS, PRIVATE_MECHANISMS
 
 NODE_KEYS = (
     "partition-id", "num-partitions", "data-file", "target-epsilon", "max-target-epsilon", "lifetime-epsilon",
@@ -36,7 +36,7 @@ NODE_KEYS = (
     "aggregation-weight",
 )  # fmt: skip
 """Every node-config key a site may set (docs/consortium.md's node-config table)."""
-SITE_MECHANISMS = ("dirichlet", "dpsgd")
+SITE_MECHANISMS = PRIVATE_MECHANISMS
 """A site's `allowed-mechanisms` on the Deployment Engine unless it sets its own: the private ones."""
 DEFAULT_SITE_DELTA = 1e-5
 """A site's `delta` on the Deployment Engine unless it sets its own (the app's default run delta)."""

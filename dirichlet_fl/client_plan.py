@@ -7,9 +7,13 @@ calibrates its mechanism from mechanism_spec (its q and every step it may run ov
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.split import FederatedSplit
 from privacy.mechanisms import LossWeighting, MechanismSpec
+
+if TYPE_CHECKING:  # the split holds torch tensors; planning a client needs only its size (`check` stays torch-free)
+    from dirichlet_fl.split import FederatedSplit
 
 
 def shard_too_small(config: RunConfig, partition_id: int, num_examples: int) -> str | None:

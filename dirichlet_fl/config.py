@@ -14,13 +14,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, cast
 
-from dirichlet_fl.models import MODELS
-from dirichlet_fl.norms import check_norm
+from dirichlet_fl.norms import MODELS, check_norm
 from dirichlet_fl.partition import PARTITIONERS
 from privacy.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
 from privacy.client_level import AdaptiveClipping, update_noise_multiplier
-from privacy.registry import MECHANISMS
+from privacy.mechanisms import LOSS_WEIGHTINGS
+from privacy.registry import MECHANISMS, mechanism_class
 
 OPTIMIZERS = ("sgd", "adam")
 RESUMABLE_KEYS = frozenset(
@@ -29,9 +29,9 @@ RESUMABLE_KEYS = frozenset(
 )
 """The keys a resumed run may change: none of them touches the data, the split, training or the accounting."""
 LEARNING_RATE_MODES = ("effective", "adaptive", "raw")
-DIRICHLET_WEIGHTINGS = ("normalized", "paper")
-"""normalized: each example's NLL times kappa(reference-confidence)/kappa(s_y), capped (privacy/dirichlet.py);
-paper: Algorithm 1 as published."""
+DIRICHLET_WEIGHTINGS = LOSS_WEIGHTINGS
+"""dirichlet-weighting's values: normalized, each example's NLL times kappa(reference-confidence)/kappa(s_y),
+capped (privacy/dirichlet.py); paper: Algorithm 1 as published."""
 DEFAULT_WARMUP_ROUNDS = 3
 """learning-rate-warmup-rounds' default, chosen from the robustness grid (BENCHMARKS.md section 11.2): without a
 warm-up the normalised loss collapsed lenet to the majority class on several seeds at the rate tuned on another."""
@@ -345,10 +345,10 @@ class RunConfig:
             if self.norm == "batch":
                 raise ValueError("norm='batch' is refused: BatchNorm mixes the examples of a batch; set "
                                  "allow-batch-norm=true instead, which marks the run as outside the accountant")
-        if self.allow_batch_norm and self.mechanism == "dpsgd":
+        if self.allow_batch_norm and mechanism_class(self.mechanism).per_example_gradients:
             raise ValueError(
-                "allow-batch-norm=true is invalid with mechanism='dpsgd': Opacus needs per-example gradients, "
-                "which BatchNorm does not have, so no client could train; set allow-batch-norm=false"
+                f"allow-batch-norm=true is invalid with mechanism={self.mechanism!r}: Opacus needs per-example "
+                "gradients, which BatchNorm does not have, so no client could train; set allow-batch-norm=false"
             )
 
     def _validate_synthetic_model(self) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from dirichlet_fl.norms import check_norm, group_size
+from dirichlet_fl.norms import MODELS, check_norm, group_size
 
 MAX_GROUPS = 32
 
@@ -248,7 +248,7 @@ MODEL_REGISTRY: dict[str, ModelEntry] = {
     "inception": ModelEntry(lambda channels, classes, norm, _: SimpleInception(channels, classes, norm), "group"),
     "logreg": ModelEntry(SoftmaxRegression, "none", 1),
 }
-MODELS = tuple(MODEL_REGISTRY)
+"""One entry per name of MODELS (dirichlet_fl.norms, the torch-free table that config validation reads)."""
 
 
 def build_model(

@@ -1,4 +1,5 @@
-"""The normalisation layers a model may use, by name; torch-free so that config validation stays cheap.
+"""The models and the normalisation layers they may use, by name; torch-free so that config validation and
+the command line stay cheap (dirichlet_fl/models.py builds the networks themselves).
 
 none and GroupNorm keep each example's forward pass independent of the rest of its batch (per-example
 accounting and DP-SGD need that); BatchNorm only by explicit opt-in (allow-batch-norm).
@@ -6,6 +7,8 @@ accounting and DP-SGD need that); BatchNorm only by explicit opt-in (allow-batch
 
 from __future__ import annotations
 
+MODELS = ("cnn", "lenet", "resnet9", "resnet18", "inception", "logreg")
+"""Every network dirichlet_fl.models.build_model builds (its MODEL_REGISTRY holds one entry per name)."""
 NORMS = ("none", "group", "batch")
 """Also accepted: `group-K`, GroupNorm with K channels per group (e.g. group-8, group-16)."""
 

@@ -10,7 +10,9 @@ the data and site files, every client's shard against batch-size (a shard too sm
 server lets it; no client able to train is an error), client-epsilons against the number of clients,
 delta below 1/n and the steps a round for each client, and whether every client's target eps lies above
 the floor of Theorem 10 (privacy.analysis.epsilon_floor) for its sampling rate and planned steps; and
-for resume-from, a checkpoint, a readable config.json and an unchanged accounting.
+for resume-from, a checkpoint, a readable config.json and an unchanged accounting. The run config is
+read and validated without torch (a bad value answers in about a second); the device, data and shard
+checks import it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import difflib
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import tomli
@@ -27,10 +29,11 @@ from flwr.common.config import flatten_dict, get_fused_config_from_dir, get_proj
 
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
 from dirichlet_fl.config import MAX_LOCAL_STEPS, SYNTHETIC, RunConfig, clients_per_round
-from dirichlet_fl.device import resolve_device
-from dirichlet_fl.run_reader import check_resumable, read_checkpoint, read_json
-from dirichlet_fl.split import FederatedSplit, federated_split
 from privacy.analysis import UnreachableEpsilonError, epsilon_floor
+from privacy.registry import mechanism_class
+
+if TYPE_CHECKING:
+    from dirichlet_fl.split import FederatedSplit
 
 PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
 """flwr.common.config.parse_config_args's own pattern for one KEY=VALUE pair."""
@@ -92,6 +95,8 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
     if client_level.mode == "adaptive":  # sigma_b from the first round's sample, as the strategy will
         first_sample = clients_per_round(num_clients, config.fraction_train, num_clients)
         client_level.adaptive_clipping(client_level.count_stddev(first_sample))
+    from dirichlet_fl.device import resolve_device  # torch: only once the run config itself is valid
+
     device = resolve_device(config.device)
     _check_writable(Path(config.results_dir))
     if config.resume_from:
@@ -108,7 +113,7 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
         f"results: {Path(config.results_dir).resolve()} is writable"
         + (f"; resuming {config.resume_from}" if config.resume_from else ""),
     ]
-    if config.mechanism == "dirichlet":
+    if mechanism_class(config.mechanism).has_epsilon_floor:
         worst = max(trainers, key=lambda c: floors[c] / config.target_epsilon_for(c, num_clients))
         lines_out.append(
             f"budgets: every client's eps is reachable (closest: client {worst}, floor {floors[worst]:.4g} "
@@ -119,6 +124,8 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
 
 def _check_resume(config: RunConfig, num_clients: int) -> None:
     """resume-from holds a checkpoint and a readable config.json of the same accounting and federation."""
+    from dirichlet_fl.run_reader import check_resumable, read_checkpoint, read_json
+
     directory = Path(config.resume_from)
     read_checkpoint(directory)
     stored = read_json(directory / "config.json")
@@ -147,6 +154,8 @@ def _shards(config: RunConfig, num_clients: int) -> tuple[dict[int, int], list[i
 
 def _split(config: RunConfig, num_clients: int) -> FederatedSplit:
     """The run's split; a missing file is blamed on the key that names it (site-file or data-root)."""
+    from dirichlet_fl.split import federated_split
+
     data = config.data
     if data.partitioner == "natural" and not Path(data.site_file).is_file():
         raise FileNotFoundError(f"site-file={data.site_file!r} does not exist: give the CSV (columns index,site) "
@@ -178,12 +187,13 @@ def _check_budget(config: RunConfig, client: int, size: int, num_clients: int) -
     if steps > MAX_LOCAL_STEPS:
         raise ValueError(f"local-epochs={config.local_epochs:g} gives client {client} {steps:,} steps a round "
                          f"(local-epochs / q), above {MAX_LOCAL_STEPS:,}: lower local-epochs or set local-steps")
-    if config.mechanism == "none":
+    mechanism = mechanism_class(config.mechanism)
+    if not mechanism.private:
         return 0.0
     if config.delta >= 1 / size:
         raise ValueError(f"delta={config.delta:g} is too large for client {client} ({size} examples): it must lie "
                          f"below 1/n = {1 / size:.3g}, since a delta of 1/n lets one example in n leak outright")
-    if config.mechanism != "dirichlet":
+    if not mechanism.has_epsilon_floor:
         return 0.0
     floor = epsilon_floor(spec.sample_rate, spec.planned_steps, config.delta)
     if floor.epsilon >= target:

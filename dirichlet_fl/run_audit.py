@@ -33,7 +33,7 @@ from privacy.audit.report import AuditReport, Claim, audit, audit_scores
 from privacy.audit.statistics import CONFIDENCE
 from privacy.audit.update_view import cosine_view_audit
 from privacy.audit.verdict import Verdict, verdict
-from privacy.registry import covers
+from privacy.registry import covers, mechanism_class
 
 DEFAULT_MAX_CANDIDATES = 4000
 """Members plus non-members per audit (half each, at most): enough for eps bounds near 2, seconds on a CPU."""
@@ -390,7 +390,7 @@ def _update_view_attacks(
 def control_accuracy(control_dir: str | Path, run: FinishedRun) -> float:
     """The final accuracy of the control run; ValueError when it is not the same job without privacy."""
     control = load_run(control_dir)
-    if control.config.mechanism != "none":
+    if mechanism_class(control.config.mechanism).private:
         raise ValueError(f"--control {control_dir}: its mechanism is {control.config.mechanism!r}; the control "
                          "must be the same job with mechanism none")
     mine, theirs = run.config.to_run_config(), control.config.to_run_config()
@@ -423,7 +423,7 @@ def _utility(run: FinishedRun, options: AuditOptions) -> Utility:
     accuracy = float(run.summary["final_accuracy"])
     if options.control_dir is not None:
         return Utility(accuracy, control_accuracy(options.control_dir, run), str(options.control_dir), options.margin)
-    if run.config.mechanism == "none":
+    if not mechanism_class(run.config.mechanism).private:
         return Utility(accuracy, accuracy, "the run itself (mechanism none)", options.margin)
     return Utility(accuracy, None, "none given", options.margin)
 

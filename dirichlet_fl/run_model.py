@@ -12,6 +12,7 @@ from torch import nn
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.image_data import ImageData
 from dirichlet_fl.models import build_model
+from privacy.registry import mechanism_class
 from privacy.validation import validate_model
 
 
@@ -20,7 +21,7 @@ def build_run_model(config: RunConfig, data: ImageData) -> nn.Module:
     BatchNorm when opted in; refused if it breaks the accountant's assumptions (BatchNorm) unless opted in."""
     norm = "batch" if config.allow_batch_norm else None if config.norm == "default" else config.norm
     model = build_model(config.model, data.in_channels, data.num_classes, data.image_size, norm=norm)
-    if config.mechanism == "dirichlet":
+    if mechanism_class(config.mechanism).validates_model:
         validate_model(model, allow_batch_dependent_layers=config.allow_batch_norm)
     return model
 

@@ -67,6 +67,8 @@ class DPSGDMechanism(Mechanism):
 
     name = "dpsgd"
     covers = "the trained weights and every intermediate model (DP-SGD), per example, inputs and labels"
+    per_example_gradients = True
+    reports_training_loss = False
 
     def __init__(
         self,

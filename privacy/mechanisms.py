@@ -45,6 +45,11 @@ class MechanismSpec:
     """Dirichlet only: the per-example confidence normalisation of its NLL (None: the paper's loss)."""
 
 
+LOSS_WEIGHTINGS = ("normalized", "paper")
+"""The Dirichlet NLL's named losses (run-config key dirichlet-weighting): normalized, each example's NLL weighted
+as LossWeighting says; paper, Algorithm 1 as published."""
+
+
 @dataclass(frozen=True)
 class LossWeighting:
     """The Dirichlet NLL's per-example weight kappa(reference_confidence) / kappa(s_y), capped at `cap`
@@ -63,6 +68,23 @@ class Mechanism(ABC):
     does_not_cover: ClassVar[str | None] = None
     """What a run releases that this mechanism's eps does not bound, for the end-of-run lines and
     summary.json (read through privacy.registry); None when it bounds the weights and every update."""
+    private: ClassVar[bool] = True
+    """Whether it bounds anything: False for the non-private baseline, whose eps is inf (no budget, no eps on
+    the round line, a run of it is an audit's control)."""
+    has_epsilon_floor: ClassVar[bool] = False
+    """Whether its eps keeps a positive floor as the noise grows without bound (Theorem 10's r -> 0 floor), so
+    that a target at or below it is refused before training (privacy.analysis.epsilon_floor)."""
+    per_example_gradients: ClassVar[bool] = False
+    """Whether it clips each example's gradient (DP-SGD, max-grad-norm): its clip norm is a setting to tune, and
+    BatchNorm, which has no per-example gradient, cannot train under it at all (allow-batch-norm is refused)."""
+    validates_model: ClassVar[bool] = False
+    """Whether the run's model is checked against the accountant's assumption that each example's output depends
+    on its own input only (privacy.validation: no batch-dependent layer unless allow-batch-norm)."""
+    reports_training_loss: ClassVar[bool] = True
+    """Whether a client reports its training loss: False where the eps does not cover it (DP-SGD's loss is
+    of the un-noised batch)."""
+    loss_weightings: ClassVar[tuple[str, ...]] = ()
+    """The named losses it can train with (LOSS_WEIGHTINGS for the Dirichlet NLL); () for its one loss."""
     sample_rate: float
     """The Poisson sampling rate q this mechanism was calibrated for."""
 
@@ -166,6 +188,7 @@ class NoPrivacy(Mechanism):
     name = "none"
     covers = "nothing: training is not private (eps = inf)"
     does_not_cover = "anything: the weights and every update are not private"
+    private = False
 
     def __init__(self, sample_rate: float) -> None:
         self.sample_rate = sample_rate
@@ -224,6 +247,9 @@ class DirichletMechanism(Mechanism):
         "w(s_y) through the un-noised softmax), so in general no (eps, delta) guarantee holds for them "
         "(docs/privacy.md); an audit bound is a lower bound on their leakage (measured: docs/audit.md)"
     )
+    has_epsilon_floor = True
+    validates_model = True
+    loss_weightings = LOSS_WEIGHTINGS
 
     def __init__(
         self, r: float, alpha: float, sample_rate: float, delta: float, loss_weighting: LossWeighting | None = None

@@ -1,9 +1,12 @@
 """Every privacy mechanism by name: the one table that config validation, clients, reports and
 benchmarks read (as Opacus's accountants/registry.py does for accountants).
 
-Each class carries its `name`, what its eps `covers` and what it `does_not_cover`; building,
-restoring and describing a mechanism all go through here, so a new mechanism is one class and one
-line in MECHANISMS.
+Each class carries its `name`, what its eps `covers` and what it `does_not_cover`, and answers what
+the rest of the code would otherwise learn by comparing names (`private`, `has_epsilon_floor`,
+`per_example_gradients`, `validates_model`, `reports_training_loss`, `loss_weightings`, `step_rate`:
+privacy/mechanisms.py); building, restoring and describing a mechanism all go through here, so a new
+mechanism is one class and one line in MECHANISMS. Importing this module imports no torch and no Opacus
+(the classes import them where they train), so config validation and the command line stay cheap.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from privacy.mechanisms import DirichletMechanism, Mechanism, MechanismSpec, NoP
 MECHANISMS: dict[str, type[Mechanism]] = {
     cls.name: cls for cls in (DirichletMechanism, DPSGDMechanism, NoPrivacy)
 }
+BASELINE_FIRST = tuple(sorted(MECHANISMS, key=lambda name: MECHANISMS[name].private))
+"""The names with the non-private baseline first, then the private ones in MECHANISMS' order (the study's
+axis and tables)."""
+PRIVATE_MECHANISMS = tuple(name for name, cls in MECHANISMS.items() if cls.private)
 
 
 def mechanism_class(name: str) -> type[Mechanism]:

@@ -53,10 +53,17 @@ def _loss(config: dict, mechanism: str) -> str:
     from sims.study.tuning import DEFAULT_GRID, parse_rate_grid
 
     weighting = config["dirichlet_weighting"]
-    loss = "cross-entropy" if mechanism == "none" else weighting + (
-        f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else "")
+    cap = f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else ""
+    loss = weighting + cap if _private(mechanism) else "cross-entropy"
     rates = parse_rate_grid(config.get("rate_grid", ""))[mechanism]
     return loss if rates == DEFAULT_GRID[mechanism] else f"{loss}, rates {'/'.join(f'{r:g}' for r in rates)}"
+
+
+def _private(mechanism: str) -> bool:
+    """Whether `mechanism` is private; the non-private runs are each setting's baseline."""
+    from privacy.registry import mechanism_class
+
+    return mechanism_class(mechanism).private
 
 
 def _warmup(config: dict) -> int:
@@ -75,19 +82,19 @@ def grid_rows(grid: Path = GRID) -> list[tuple[Setting, str, str, list[dict[str,
     shared: dict[tuple, float] = {}
     for c, rows, _ in studies:  # a folder without a non-private run: the first folder of its setting that has one
         for r in rows:
-            if r["mechanism"] == "none":
+            if not _private(r["mechanism"]):
                 key = (_data(c), _network(c), _warmup(c), r["beta"], r["seed"])
                 shared.setdefault(key, float(r["balanced_accuracy"]))
     groups = []
     for config, rows, _ in studies:
         own = {(_data(config), _network(config), _warmup(config), r["beta"], r["seed"]): float(r["balanced_accuracy"])
-               for r in rows if r["mechanism"] == "none"}
+               for r in rows if not _private(r["mechanism"])}
         baseline = own or shared
         for partition, mechanism, epsilon in sorted({(r["beta"], r["mechanism"], r["epsilon"]) for r in rows}):
             group = [r for r in rows if (r["beta"], r["mechanism"], r["epsilon"]) == (partition, mechanism, epsilon)]
             keys = [(_data(config), _network(config), _warmup(config), partition, r["seed"]) for r in group]
-            gaps = [] if mechanism == "none" else [baseline[k] - float(r["balanced_accuracy"])
-                                                   for k, r in zip(keys, group) if k in baseline]
+            gaps = [baseline[k] - float(r["balanced_accuracy"]) for k, r in zip(keys, group)
+                    if k in baseline] if _private(mechanism) else []
             setting = (_data(config), _network(config), _loss(config, mechanism), _warmup(config))
             groups.append((setting, partition, epsilon, group, gaps))
     return sorted(groups, key=lambda g: (g[0], g[1], float(g[2])))

@@ -38,9 +38,12 @@ def _data(config: dict) -> str:
 
 
 def _rule(config: dict, mechanism: str, rate: str) -> str:
-    if mechanism == "none":
+    from privacy.registry import mechanism_class
+
+    kind = mechanism_class(mechanism)
+    if not kind.private:
         return f"cross-entropy, rate {rate}"
-    if mechanism == "dirichlet":
+    if kind.loss_weightings:
         weighting = config.get("dirichlet_weighting", "paper")
         cap = f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else ""
         return f"{weighting}{cap}, effective rate {rate}"

@@ -28,7 +28,7 @@ from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
 from dirichlet_fl.run_model import build_run_model, initial_model
 from dirichlet_fl.run_writer import COMPLETED, FAILED, RoundRecord, RunWriter
 from dirichlet_fl.split import federated_split, run_data
-from privacy.registry import covers
+from privacy.registry import covers, mechanism_class
 from strategies.private_fedavg import PrivateFedAvg
 from strategies.secure import build_strategy
 
@@ -62,7 +62,8 @@ def _round_line(config: RunConfig, row: dict[str, Any], dead: dict[int, tuple[in
     """One round: the central metrics, who trained, the largest eps, and the classes dead for
     dead-class-rounds rounds or more (`dead`: RunWriter.dead_classes)."""
     eps = row["max_epsilon"]
-    privacy = "" if config.mechanism == "none" else f"  max eps {eps:.4f} (delta={config.delta:g}, per example)"
+    private = mechanism_class(config.mechanism).private
+    privacy = f"  max eps {eps:.4f} (delta={config.delta:g}, per example)" if private else ""
     metrics = _metrics_part(row["central_accuracy"], row["central_balanced_accuracy"], row["central_macro_auc"],
                             row["central_loss"])
     warning = f"  {dead_class_note(dead)}" if dead else ""
@@ -201,8 +202,9 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
     if summary["dead_classes"]:
         dead = {int(c): (streak["first_round"], streak["rounds"]) for c, streak in summary["dead_classes"].items()}
         lines.append(f"{dead_class_note(dead)} at the end (summary.json: dead_classes)")
-    if config.mechanism == "none":
-        return lines + ["mechanism none: training is not private per example"] + _aggregation_lines(config, summary)
+    if not mechanism_class(config.mechanism).private:
+        not_private = f"mechanism {config.mechanism}: training is not private per example"
+        return lines + [not_private] + _aggregation_lines(config, summary)
     clients = summary["clients"]
     if summary["num_clients"] > CLIENT_LINES:
         trained = [client for client in clients if client["steps"]]

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from dirichlet_fl.norms import check_norm
 from privacy.analysis import PAPER_DELTA, epsilon_floor
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
-from privacy.registry import MECHANISMS
+from privacy.mechanisms import LOSS_WEIGHTINGS
+from privacy.registry import MECHANISMS, mechanism_class
 
 CONTROL = "control"
 """The arm that never trains on a candidate (non-private, on as many other examples): the audit's
 false-alarm level, and the accuracy every other arm is matched against."""
-WEIGHTINGS = ("paper", "normalized")
-"""The Dirichlet losses an arm can train with (dirichlet_fl.config.DIRICHLET_WEIGHTINGS, repeated here so that
-this module stays light; a test checks they agree): the paper's NLL, or the confidence-normalised one."""
+WEIGHTINGS = LOSS_WEIGHTINGS
+"""The Dirichlet losses an arm can train with: the confidence-normalised NLL or the paper's."""
 DEFAULT_WEIGHT_CAP = 20.0
 """The normalised loss's weight cap (the run config's dirichlet-weight-cap default; a test checks)."""
 DEFAULT_RATE_GRIDS = (
@@ -37,12 +37,18 @@ MIN_REFERENCES = 2
 @dataclass(frozen=True)
 class Arm:
     """One trained configuration: a mechanism at a target eps (math.inf for `none` and the control), and for
-    Dirichlet its loss (one of WEIGHTINGS)."""
+    a mechanism with named losses (Dirichlet) its loss (one of WEIGHTINGS)."""
 
     name: str
     mechanism: str
     epsilon: float
     weighting: str = ""
+
+
+def reported_clip(arm: Arm, clip: float) -> float | None:
+    """The clip norm a result row shows for `arm`: `clip` where its mechanism clips per-example gradients, else None
+    (the unused value ExperimentConfig.clips gives the others)."""
+    return clip if mechanism_class(arm.mechanism).per_example_gradients else None
 
 
 @dataclass(frozen=True)
@@ -91,13 +97,14 @@ class ExperimentConfig:
     workers: int = 2
 
     def arms(self) -> list[Arm]:
-        """Every private mechanism at every eps, `none` once, then the control."""
+        """Every private mechanism at every eps (and each of its losses), `none` once, then the control."""
         arms = []
         for mechanism in self.mechanisms:
-            if mechanism == "none":
-                arms.append(Arm("none", "none", math.inf))
-            elif mechanism == "dirichlet":
-                arms += [Arm(f"dirichlet-{weighting}-eps{eps:g}", mechanism, eps, weighting)
+            kind = mechanism_class(mechanism)
+            if not kind.private:
+                arms.append(Arm(mechanism, mechanism, math.inf))
+            elif kind.loss_weightings:
+                arms += [Arm(f"{mechanism}-{weighting}-eps{eps:g}", mechanism, eps, weighting)
                          for weighting in self.weightings for eps in self.epsilons_of(mechanism)]
             else:
                 arms += [Arm(f"{mechanism}-eps{eps:g}", mechanism, eps) for eps in self.epsilons_of(mechanism)]
@@ -125,7 +132,7 @@ class ExperimentConfig:
 
     def clips(self, mechanism: str) -> tuple[float, ...]:
         """The clip norms tried with each rate: DP-SGD's grid (or its --max-grad-norm); one unused value else."""
-        if mechanism != "dpsgd":
+        if not mechanism_class(mechanism).per_example_gradients:
             return (DEFAULT_MAX_GRAD_NORM,)
         return self.clip_grid if self.max_grad_norm is None else (self.max_grad_norm,)
 
@@ -134,17 +141,20 @@ class ExperimentConfig:
         """The seed whose split the rates are chosen on; the choice is reused for every seed."""
         return self.seeds[0]
 
-    def _check_dirichlet_floor(self) -> None:
-        """Refuse a Dirichlet eps at or below Theorem 10's r -> 0 floor for (q, T, delta) before any training."""
-        if "dirichlet" not in self.mechanisms:
+    def _check_floor(self) -> None:
+        """Refuse an eps at or below Theorem 10's r -> 0 floor for (q, T, delta) before any training, for each
+        mechanism that has the floor (Dirichlet)."""
+        floored = [name for name in self.mechanisms if name in MECHANISMS and MECHANISMS[name].has_epsilon_floor]
+        if not floored:
             return
         floor = epsilon_floor(self.sample_rate, self.steps, self.delta).epsilon
-        unreachable = [eps for eps in self.epsilons_of("dirichlet") if eps <= floor]
-        if unreachable:
-            raise ValueError(f"--epsilon={','.join(f'{eps:g}' for eps in unreachable)} is unreachable for Dirichlet at "
-                             f"--sample-rate={self.sample_rate:g}, --steps={self.steps}, --delta={self.delta:g}: the "
-                             f"floor of Theorem 10 (r -> 0) is {floor:.6g}; give eps above it, or fewer --steps or a "
-                             "smaller --sample-rate")
+        for mechanism in floored:
+            unreachable = [eps for eps in self.epsilons_of(mechanism) if eps <= floor]
+            if unreachable:
+                raise ValueError(f"--epsilon={','.join(f'{eps:g}' for eps in unreachable)} is unreachable for "
+                                 f"{mechanism} at --sample-rate={self.sample_rate:g}, --steps={self.steps}, --delta="
+                                 f"{self.delta:g}: the floor of Theorem 10 (r -> 0) is {floor:.6g}; give eps above "
+                                 "it, or fewer --steps or a smaller --sample-rate")
 
     def validate_flags(self) -> None:
         """Raise ValueError naming the flag when a value is out of range (before any data is loaded)."""
@@ -153,7 +163,7 @@ class ExperimentConfig:
         for eps in self.epsilons:
             check_positive("--epsilon", eps)
         for name, values in self.mechanism_epsilons:
-            if name not in MECHANISMS or name == "none" or not values:
+            if name not in MECHANISMS or not mechanism_class(name).private or not values:
                 raise ValueError(f"--mechanism-epsilon {name}: give a private mechanism and its eps values, "
                                  "e.g. dpsgd=1/4")
             for eps in values:
@@ -164,7 +174,7 @@ class ExperimentConfig:
         check_positive("--alpha", self.alpha)
         check_in_open_interval("--sample-rate", self.sample_rate, 0.0, 1.0)
         check_integer("--steps", self.steps, 1)
-        self._check_dirichlet_floor()
+        self._check_floor()
         check_integer("--workers", self.workers, 1)
         check_integer("--validation", self.validation, 1)
         if self.max_grad_norm is not None:

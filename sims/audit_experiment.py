@@ -32,7 +32,7 @@ from privacy.audit.report import Claim, audit_scores
 from privacy.audit.statistics import CONFIDENCE, AttackCounts, epsilon_from_counts
 from privacy.audit.verdict import verdict
 from privacy.registry import covers
-from sims.audit_config import CONTROL, Arm, ExperimentConfig
+from sims.audit_config import CONTROL, Arm, ExperimentConfig, reported_clip
 from sims.audit_tables import results_markdown
 from sims.audit_training import (
     Job,
@@ -154,8 +154,8 @@ def seed_rows(config: ExperimentConfig, models: dict[str, TrainedModel], arm: Ar
     base = {
         "arm": arm.name, "seed": seed, "claimed_eps": target.claimed_eps, "delta": config.delta,
         "test_accuracy": accuracy, "control_accuracy": control, "matched": accuracy >= control - config.margin,
-        "confidence": CONFIDENCE, "learning_rate": target.learning_rate, "clip": target.job.setting.clip
-        if arm.mechanism == "dpsgd" else None,
+        "confidence": CONFIDENCE, "learning_rate": target.learning_rate,
+        "clip": reported_clip(arm, target.job.setting.clip),
         "noise": ";".join(f"{key}={value:.6g}" for key, value in target.noise.items()),
         "seconds": round(target.seconds, 1), "covers": _covers(arm),
     }

@@ -189,7 +189,7 @@ def train_job(config: ExperimentConfig, job: Job) -> TrainedModel:
     if job.arm.name == CONTROL or job.tuning:
         claimed = 0.0
     else:
-        claimed = mechanism.epsilon(config.delta) if job.arm.mechanism != "none" else math.inf
+        claimed = mechanism.epsilon(config.delta) if mechanism.private else math.inf
     pool, population = torch.as_tensor(split.pool), torch.as_tensor(split.population)
     validation = torch.as_tensor(split.validation)
     return TrainedModel(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sims.audit_config import DEFAULT_MAX_GRAD_NORM, Arm, ExperimentConfig
+from sims.audit_config import DEFAULT_MAX_GRAD_NORM, Arm, ExperimentConfig, reported_clip
 from sims.audit_training import Job, Setting, TrainedModel, reference_arm, run_jobs
 
 
@@ -77,7 +77,7 @@ def tuning_rows(config: ExperimentConfig, models: dict[str, TrainedModel], choic
                   if choice.source != "given" and reference_arm_name(config, name) == job.arm.name
                   and choice.setting == job.setting]
         rows.append({"arm": job.arm.name, "rate": job.setting.rate, "learning_rate": model.learning_rate,
-                     "clip": job.setting.clip if job.arm.mechanism == "dpsgd" else None,
+                     "clip": reported_clip(job.arm, job.setting.clip),
                      "validation_accuracy": model.validation_accuracy, "chosen_by": chosen})
     return rows
 

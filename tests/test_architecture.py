@@ -87,3 +87,40 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     source = tmp_path / "upward.py"
     source.write_text("def f():\n    from cli.main import main\n")
     assert "cli.main" in project_imports(source)
+
+
+def mechanism_name_comparisons(path: Path, names: set[str]) -> list[str]:
+    """Comparisons in the file at `path` of something named like a mechanism with a mechanism's name (a literal,
+    or a literal in a tuple, list or set): `mechanism == "none"`, `"dirichlet" in study.mechanisms`, ..."""
+    source = path.read_text()
+    found = []
+    for node in ast.walk(ast.parse(source, filename=str(path))):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        literals = {leaf.value for operand in operands for leaf in ast.walk(operand)
+                    if isinstance(leaf, ast.Constant) and isinstance(operand, (ast.Constant, ast.Tuple, ast.List,
+                                                                                ast.Set))}
+        subjects = [ast.get_source_segment(source, operand) or "" for operand in operands]
+        if literals & names and any("mechanism" in subject.lower() for subject in subjects):
+            found.append(f"{path.name}:{node.lineno}: {ast.get_source_segment(source, node)}")
+    return found
+
+
+def test_no_module_compares_a_mechanism_name() -> None:
+    """Issue 30: what a mechanism is (private, floored, per-example, ...) is asked of its class (privacy/registry.py),
+    never learnt by comparing its name, so that a new mechanism is one class and one line in MECHANISMS."""
+    from privacy.registry import MECHANISMS
+
+    allowed = {ROOT / "privacy" / "registry.py"}
+    paths = [path for folder in (*PACKAGES, "scripts") for path in (ROOT / folder).rglob("*.py") if path not in allowed]
+    found = [f"{path.parent.name}/{hit}" for path in paths for hit in mechanism_name_comparisons(path, set(MECHANISMS))]
+    assert not found, "ask the mechanism class instead (privacy/mechanisms.py):\n" + "\n".join(found)
+
+
+def test_the_comparison_rule_catches_a_name_comparison(tmp_path: Path) -> None:
+    source = tmp_path / "compares.py"
+    source.write_text('def f(c, study):\n    return c.mechanism == "none" or "dirichlet" in study.mechanisms\n')
+    assert len(mechanism_name_comparisons(source, {"none", "dirichlet"})) == 2
+    source.write_text('def f(config):\n    return config.secagg.mode == "none" or config.partitioner == "dirichlet"\n')
+    assert mechanism_name_comparisons(source, {"none", "dirichlet"}) == []

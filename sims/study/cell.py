@@ -18,6 +18,7 @@ import numpy as np
 
 from dirichlet_fl.split import federated_split
 from privacy.analysis import PAPER_DELTA
+from privacy.registry import mechanism_class
 from sims.fedavg_loop import LoopRound, run_fedavg
 from sims.study.plan import Cell, Study, client_floor, clients_of, run_config
 
@@ -64,9 +65,10 @@ def run_cell(study: Study, cell: Cell, rate: float, source: str) -> dict[str, ob
     start, cpu_start = time.perf_counter(), time.process_time()
     config = run_config(study, cell, rate)
     clients = clients_of(study, cell.partition)
+    mechanism = mechanism_class(cell.mechanism)
     row: dict[str, object] = {"beta": cell.partition, "epsilon": cell.epsilon, "mechanism": cell.mechanism,
                               "seed": cell.seed, "delta": PAPER_DELTA, "learning_rate": rate, "rate_source": source,
-                              "floor": client_floor(config, clients) if cell.mechanism == "dirichlet" else ""}
+                              "floor": client_floor(config, clients) if mechanism.has_epsilon_floor else ""}
     result = run_fedavg(config, clients)
     final = result.rounds[-1] if result.rounds else None
     if final is None:
@@ -78,7 +80,7 @@ def run_cell(study: Study, cell: Cell, rate: float, source: str) -> dict[str, ob
     return {**row, "status": "ok", **final_metrics(final),
             "worst_client_accuracy": min(defined, default=math.nan),
             "median_client_accuracy": statistics.median(defined) if defined else math.nan,
-            "max_client_epsilon": math.inf if cell.mechanism == "none" else max(result.client_epsilons.values()),
+            "max_client_epsilon": max(result.client_epsilons.values()) if mechanism.private else math.inf,
             "noise": noise_range(result.client_parameters),
             "failed_clients": len(result.failures), "client_accuracies": ";".join(f"{a:.6g}" for a in per_client),
             "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}

@@ -20,9 +20,10 @@ from dirichlet_fl.config import DEFAULT_WARMUP_ROUNDS, DataConfig, LearningRateC
 from dirichlet_fl.data import NPZ, load_dataset
 from dirichlet_fl.split import FederatedSplit, federated_split
 from privacy.analysis import PAPER_DELTA, epsilon_floor
+from privacy.registry import BASELINE_FIRST, mechanism_class
 from sims.study.data_file import linked_root
 
-MECHANISMS = ("none", "dirichlet", "dpsgd")
+MECHANISMS = BASELINE_FIRST
 PRIORITY_EPSILONS = (1.0, 4.0)
 VALIDATION_FRACTION = 0.2
 PARTITION_WORDS = ("iid", "central", "natural")
@@ -104,7 +105,8 @@ def cells(study: Study) -> list[Cell]:
     order = sorted(study.mechanisms, key=("dirichlet", "none", "dpsgd").index)
     every = [Cell(partition, mechanism, epsilon, seed)
              for mechanism in order for partition in study.partitions
-             for epsilon in ((math.inf,) if mechanism == "none" else study.epsilons) for seed in study.seeds]
+             for epsilon in (study.epsilons if mechanism_class(mechanism).private else (math.inf,))
+             for seed in study.seeds]
     return sorted(every, key=lambda c: (not (math.isinf(c.epsilon) or c.epsilon in PRIORITY_EPSILONS), c.seed))
 
 
@@ -203,7 +205,7 @@ def _check_cell(study: Study, cell: Cell, validation: bool) -> None:
     config = run_config(study, cell, 1.0, validation)
     clients = clients_of(study, cell.partition)
     _split(config, clients)
-    if "dirichlet" in study.mechanisms:
+    if any(mechanism_class(mechanism).has_epsilon_floor for mechanism in study.mechanisms):
         floor = client_floor(config, clients)
         low = min(study.epsilons)
         if low <= floor:

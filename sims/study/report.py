@@ -19,6 +19,7 @@ import numpy as np
 from dirichlet_fl.files import atomic_path
 from dirichlet_fl.partition import label_counts, plot_label_counts
 from dirichlet_fl.split import federated_split
+from privacy.registry import BASELINE_FIRST, mechanism_class
 from sims.study.plan import Cell, Study, clients_of, run_config
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 METRICS = ("accuracy", "balanced_accuracy", "macro_auc", "worst_client_accuracy", "median_client_accuracy")
 HEADERS = ("accuracy", "balanced acc.", "macro AUC", "worst client", "median client")
-MECHANISM_ORDER = ("none", "dirichlet", "dpsgd")
+MECHANISM_ORDER = BASELINE_FIRST
 
 
 def number(value: object) -> float:
@@ -105,9 +106,9 @@ def plot_accuracy(rows: list[dict[str, object]], study: Study, path: Path) -> No
             for mechanism in study.mechanisms:
                 points = [(eps, statistics.mean(number(m[metric]) for m in members))
                           for (p, mech, eps), members in summary if p == partition and mech == mechanism]
-                if mechanism == "none" and points:
+                if not mechanism_class(mechanism).private and points:
                     panel.axhline(100 * points[0][1], color=colours[partition], linestyle=":",
-                                  label=f"beta={partition} none")
+                                  label=f"beta={partition} {mechanism}")
                 elif points:
                     panel.plot([e for e, _ in points], [100 * a for _, a in points], styles[mechanism],
                                color=colours[partition], label=f"beta={partition} {mechanism}")

@@ -15,6 +15,10 @@ def has(model: nn.Module, kind: type) -> bool:
     return any(isinstance(module, kind) for module in model.modules())
 
 
+def test_the_torch_free_name_table_names_exactly_the_models_built() -> None:
+    assert tuple(MODEL_REGISTRY) == MODELS  # config validation reads MODELS (dirichlet_fl.norms) without torch
+
+
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize(("channels", "size"), INPUTS)
 def test_logits_have_one_row_per_example_and_one_column_per_class(name: str, channels: int, size: int) -> None:
