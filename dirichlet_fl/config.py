@@ -66,7 +66,7 @@ def setting(key: str, default: Any) -> Any:
 
 def clients_per_round(population: int, fraction: float, eligible: int) -> int:
     """How many clients a round samples: max(1, int(population * fraction)) of the `eligible` ones, at
-    most all of them (strategies/private_fedavg.py seeded_sample; dirichlet_fl/preflight.py)."""
+    most all of them (strategies/private.py seeded_sample; dirichlet_fl/preflight.py)."""
     return min(eligible, max(1, int(population * fraction)))
 
 
@@ -196,7 +196,7 @@ class SecAggConfig:
 
 @dataclass(frozen=True)
 class ClientDpConfig:
-    """The client-dp keys: client-level DP on the aggregate (privacy/client_level.py, strategies/secure.py)."""
+    """The client-dp keys: client-level DP on the aggregate (privacy/client_level.py, strategies/client_dp.py)."""
 
     mode: str = setting("client-dp", "none")
     clipping_norm: float = setting("client-clipping-norm", 1.0)
