@@ -60,7 +60,7 @@ from privacy.client_level import (
     update_noise_multiplier,
 )
 from strategies.flower_strategies import load_strategy_state, strategy_state
-from strategies.private import ARRAYS, CLIENT_LEVEL_PREFIX, SECURE_SUM, WEIGHT, OfferedClients, one_reply
+from strategies.wrapped import ARRAYS, CLIENT_LEVEL_PREFIX, SECURE_SUM, WEIGHT, OfferedClients, one_reply
 
 NDArrays = list[np.ndarray]
 UNCLIPPED_FRACTION = "unclipped-fraction"

@@ -51,8 +51,9 @@ from dirichlet_fl.protocol import ARRAY_KEYS, Metrics
 from dirichlet_fl.run_writer import RoundRecord
 from strategies.client_dp import UNCLIPPED_FRACTION, ClientLevelDp, plus_update
 from strategies.message_exchange import send_and_receive
-from strategies.private import CONFIG, SECURE_SUM, WEIGHT, PrivateStrategy, one_reply
+from strategies.private import PrivateStrategy
 from strategies.replies import attribute_replies
+from strategies.wrapped import CONFIG, SECURE_SUM, WEIGHT, one_reply
 
 
 def secaggplus_workflow(config: RunConfig, timeout: float | None, max_weight: float) -> SecAggPlusWorkflow:
