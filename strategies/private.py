@@ -85,6 +85,8 @@ from strategies.wrapped import ARRAYS, CLIENT_LEVEL_PREFIX, CONFIG, OfferedClien
 JOIN_PATIENCE_S = 60.0
 """discover() waits this long after the last node joined for the partitions still missing, then goes on
 without them: a site that has left does not hold up the next run (the simulation lists every node at once)."""
+
+
 class _OfferedSampleLog(logging.Filter):
     """Drops a wrapped Flower strategy's "configure_train: Sampled k nodes (out of k)" line: it samples from
     the clients offered, so its count would pass this round's sample off as the whole population."""
