@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from client.lifetime_ledger import LifetimeLedger
+from client.proximal import add_proximal_term
 from client.setup import client_generator, client_learning_rate
 from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.augmentation import augmentation
@@ -213,7 +214,9 @@ def train_round(
         model = build_run_model(config, data).to(shard.train_x.device)
         load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard, server_round)
-        wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.lr.optimizer, model, learning_rate))
+        plain = make_optimizer(config.lr.optimizer, model, learning_rate)
+        add_proximal_term(plain, config.strategy.client_proximal_mu)  # fedprox; before a mechanism wraps it
+        wrapped, optimizer = mechanism.wrap(model, plain)
         generator = client_generator(
             config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce
         )

@@ -10,6 +10,7 @@ it belongs to, its check in that class's validate(), and its default in pyprojec
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, cast
@@ -65,7 +66,7 @@ def setting(key: str, default: Any) -> Any:
 
 def clients_per_round(population: int, fraction: float, eligible: int) -> int:
     """How many clients a round samples: max(1, int(population * fraction)) of the `eligible` ones, at
-    most all of them (strategies/private_fedavg.py seeded_sample; dirichlet_fl/preflight.py)."""
+    most all of them (strategies/private.py seeded_sample; dirichlet_fl/preflight.py)."""
     return min(eligible, max(1, int(population * fraction)))
 
 
@@ -195,7 +196,7 @@ class SecAggConfig:
 
 @dataclass(frozen=True)
 class ClientDpConfig:
-    """The client-dp keys: client-level DP on the aggregate (privacy/client_level.py, strategies/secure.py)."""
+    """The client-dp keys: client-level DP on the aggregate (privacy/client_level.py, strategies/client_dp.py)."""
 
     mode: str = setting("client-dp", "none")
     clipping_norm: float = setting("client-clipping-norm", 1.0)
@@ -227,6 +228,73 @@ class ClientDpConfig:
         after checking that it leaves room for z (update_noise_multiplier refuses)."""
         update_noise_multiplier(self.noise_multiplier, count_stddev)
         return AdaptiveClipping(self.clipping_norm, self.clip_target_quantile, self.clip_learning_rate, count_stddev)
+
+
+_ADAPTIVE = {"server-learning-rate": "eta", "adaptivity": "tau"}
+STRATEGY_ARGUMENTS: dict[str, dict[str, str]] = {
+    "fedavg": {},
+    "fedavgm": {"server-learning-rate": "server_learning_rate", "server-momentum": "server_momentum"},
+    "fedprox": {"proximal-mu": "proximal_mu"},
+    "fedadam": _ADAPTIVE | {"server-beta-1": "beta_1", "server-beta-2": "beta_2"},
+    "fedyogi": _ADAPTIVE | {"server-beta-1": "beta_1", "server-beta-2": "beta_2"},
+    "fedadagrad": _ADAPTIVE,
+}
+"""Each `strategy` (Flower's class of that name in flwr.serverapp.strategy, strategies/flower_strategies.py) and
+the keys it reads, with the constructor argument each becomes."""
+STRATEGIES = tuple(STRATEGY_ARGUMENTS)
+
+
+@dataclass(frozen=True)
+class StrategyConfig:
+    """The server strategy that aggregates the accepted updates, and its parameters (each read only by the
+    strategies of STRATEGY_ARGUMENTS; a key moved from its default under another strategy is refused)."""
+
+    name: str = setting("strategy", "fedavg")
+    server_learning_rate: float = setting("server-learning-rate", 0.0)
+    """0: Flower's own default for the strategy (fedavgm 1, fedadam 0.1, fedyogi 0.01, fedadagrad 0.1)."""
+    server_momentum: float = setting("server-momentum", 0.9)
+    proximal_mu: float = setting("proximal-mu", 0.01)
+    adaptivity: float = setting("adaptivity", 1e-3)
+    server_beta_1: float = setting("server-beta-1", 0.9)
+    server_beta_2: float = setting("server-beta-2", 0.99)
+
+    def validate(self) -> None:
+        check_choice("strategy", self.name, STRATEGIES)
+        if not (math.isfinite(self.server_learning_rate) and self.server_learning_rate >= 0):
+            raise ValueError(f"server-learning-rate={self.server_learning_rate!r} is out of range: it must be a finite "
+                             "number >= 0 (0: Flower's default for the strategy)")
+        if not (math.isfinite(self.proximal_mu) and self.proximal_mu >= 0):
+            raise ValueError(f"proximal-mu={self.proximal_mu!r} is out of range: it must be a finite number >= 0")
+        check_positive("adaptivity", self.adaptivity)
+        for key, value in (("server-momentum", self.server_momentum), ("server-beta-1", self.server_beta_1),
+                           ("server-beta-2", self.server_beta_2)):
+            if not 0 <= value < 1:
+                raise ValueError(f"{key}={value!r} is out of range: it must lie in [0, 1)")
+        self._refuse_unread()
+
+    def _refuse_unread(self) -> None:
+        """A key moved from its default under a strategy that never reads it would silently do nothing."""
+        read = STRATEGY_ARGUMENTS[self.name]
+        for spec in fields(self):
+            key, value = spec.metadata["key"], getattr(self, spec.name)
+            if key == "strategy" or key in read or value == spec.default:
+                continue
+            readers = ", ".join(name for name, keys in STRATEGY_ARGUMENTS.items() if key in keys)
+            raise ValueError(f"{key}={value!r} has no effect with strategy={self.name!r}: it is read only by "
+                             f"{readers}; choose one of those strategies, or leave {key} at its default "
+                             f"{spec.default!r}")
+
+    def arguments(self) -> dict[str, float]:
+        """The strategy's constructor arguments from its keys (server-learning-rate 0: left to Flower)."""
+        values = {spec.metadata["key"]: getattr(self, spec.name) for spec in fields(self)}
+        return {argument: float(values[key]) for key, argument in STRATEGY_ARGUMENTS[self.name].items()
+                if key != "server-learning-rate" or values[key] > 0}
+
+    @property
+    def client_proximal_mu(self) -> float:
+        """mu of FedProx's proximal term (mu/2)||w - w_global||^2 on every client's local objective; 0 unless
+        the strategy is fedprox (client/proximal.py)."""
+        return self.proximal_mu if self.name == "fedprox" else 0.0
 
 
 @dataclass(frozen=True)
@@ -270,6 +338,7 @@ class RunConfig:
     lr: LearningRateConfig = field(default_factory=LearningRateConfig)
     secagg: SecAggConfig = field(default_factory=SecAggConfig)
     client_level: ClientDpConfig = field(default_factory=ClientDpConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:
@@ -323,6 +392,7 @@ class RunConfig:
                 "never sees one client's update; turn one of them off"
             )
         self.client_level.validate()
+        self.strategy.validate()
 
     def _validate_population(self) -> None:
         """num-clients: 0 (one client per SuperNode) or the simulated population the SuperNodes serve."""

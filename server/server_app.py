@@ -1,6 +1,7 @@
-"""The ServerApp: FedAvg over privately trained client updates, evaluated centrally each round.
+"""The ServerApp: the run's Flower strategy over privately trained client updates, evaluated centrally each round.
 
-It builds the model, runs PrivateFedAvg for num-server-rounds (fewer if every client's budget is
+It builds the model, runs the run's strategy (strategies/build.py: Flower's FedAvg, FedAdam, ... inside the
+private wrapper) for num-server-rounds (fewer if every client's budget is
 spent, or no client can train), evaluates the global model on the held-out test set each round, and
 writes the run's folder (dirichlet_fl/run_writer.py) with a checkpoint after every round, from which
 `resume-from` continues a killed run. It prints one line per round, at the end what the eps covers,
@@ -29,8 +30,8 @@ from dirichlet_fl.run_model import build_run_model, initial_model
 from dirichlet_fl.run_writer import COMPLETED, FAILED, RoundRecord, RunWriter
 from dirichlet_fl.split import federated_split, run_data
 from privacy.registry import covers, mechanism_class
-from strategies.private_fedavg import PrivateFedAvg
-from strategies.secure import build_strategy
+from strategies.build import build_strategy
+from strategies.private import PrivateStrategy
 
 app = ServerApp()
 CLIENT_LINES = 20
@@ -106,7 +107,8 @@ def main(grid: Grid, context: Context) -> None:
     except OSError as error:  # a read-only or full results-dir: one line, nothing half written
         log(ERROR, "%s %s (cannot write the run folder: %s)", STATUS_LINE, FAILED, one_line(error))
         return
-    log(INFO, "dirichlet-fl: %s, %d clients, writing %s", config.mechanism, num_clients, writer.directory)
+    log(INFO, "dirichlet-fl: %s, strategy %s, %d clients, writing %s", config.mechanism, config.strategy.name,
+        num_clients, writer.directory)
     skipped = {} if config.data.dataset == SYNTHETIC else too_small_to_train(  # synthetic: checked by the config
         config, federated_split(config.split_spec(num_clients)))
     strategy.skip(set(skipped))
@@ -154,7 +156,7 @@ def main(grid: Grid, context: Context) -> None:
         writer.directory)
 
 
-def _connect(strategy: PrivateFedAvg, grid: Grid, config: RunConfig) -> int:
+def _connect(strategy: PrivateStrategy, grid: Grid, config: RunConfig) -> int:
     """The run's clients: num-clients virtual clients served by the simulation's SuperNodes, else one per
     node (the discovery query). On the Deployment Engine a num-clients other than the sites' is refused."""
     code = code_fingerprint(APP_DIR)
@@ -173,7 +175,7 @@ BAD_INPUT = "bad-input"
 """The status of a run refused before it started: an invalid run-config key (the line names it and the fix)."""
 
 
-def _start(config: RunConfig, num_clients: int, strategy: PrivateFedAvg) -> tuple[RunWriter, ArrayRecord, int]:
+def _start(config: RunConfig, num_clients: int, strategy: PrivateStrategy) -> tuple[RunWriter, ArrayRecord, int]:
     """A new run folder with the seeded initial model, or the resumed run's folder, strategy state and
     checkpointed weights. Returns the writer, the global weights and the first round to run."""
     data = run_data(config.split_spec(num_clients))

@@ -38,8 +38,9 @@ from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.simulation import APP_DIR
 from dirichlet_fl.split import federated_split
 from sims.bench_simulation import measure_run, parse_overrides, steady_and_fixed
+from strategies.build import build_strategy
 from strategies.message_exchange import send_and_receive
-from strategies.secure import SecureFedAvg
+from strategies.private import PrivateStrategy
 
 FIRST_NODE_ID = 100
 IN_PROCESS_REPLY_TIMEOUT_S = 0.01
@@ -130,9 +131,10 @@ def fixed_update_app(update: dict[str, np.ndarray], num_examples: int) -> Client
 
 def secure_round(
     config: RunConfig, grid: InProcessGrid, arrays: ArrayRecord
-) -> tuple[SecureFedAvg, ArrayRecord | None]:
-    """One training round of SecureFedAvg over `grid`'s nodes, every node sampled."""
-    strategy = SecureFedAvg(replace(config, fraction_train=1.0, fraction_evaluate=0.0))
+) -> tuple[PrivateStrategy, ArrayRecord | None]:
+    """One training round of the run's strategy (config's secure-aggregation, client-dp and strategy) over
+    `grid`'s nodes, every node sampled."""
+    strategy = build_strategy(replace(config, fraction_train=1.0, fraction_evaluate=0.0))
     strategy.reply_timeout = IN_PROCESS_REPLY_TIMEOUT_S
     strategy.partition_of = {node: node - FIRST_NODE_ID for node in grid.contexts}
     messages = list(strategy.configure_train(1, arrays, ConfigRecord(), grid))

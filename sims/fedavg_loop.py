@@ -27,7 +27,7 @@ from dirichlet_fl.metrics import evaluate, evaluate_model, true_class_confidence
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
 from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.split import ClientShard, federated_split
-from strategies.private_fedavg import seeded_sample
+from strategies.private import seeded_sample
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class FedAvgLoop:
 
     def aggregate(self, updates: list[RecordDict], sampled: int) -> dict[str, Tensor]:
         """The new global weights from the round's updates (of `sampled` clients asked): the
-        example-weighted mean, as PrivateFedAvg; sims/client_dp_sweep.py overrides it with DP-FedAvg's."""
+        example-weighted mean, as the app's fedavg; sims/client_dp_sweep.py overrides it with DP-FedAvg's."""
         return aggregate_arrayrecords(updates, "num-examples").to_torch_state_dict()
 
     def run_round(self, server_round: int) -> LoopRound | None:

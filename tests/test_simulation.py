@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from dirichlet_fl.config import STRATEGIES
 from dirichlet_fl.simulation import simulate
 
 pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
@@ -127,3 +128,15 @@ def test_the_default_job_at_3_rounds_is_reproducible_to_the_bit_and_does_not_col
     for server_round in (1, 2):  # the default 3-round warm-up: round t at t/3 of each client's rate
         assert rates[server_round] == pytest.approx({c: r * server_round / 3 for c, r in rates[3].items()})
     assert (first / "curves.png").is_file()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_completes_on_flowers_simulation_engine(tmp_path: Path, strategy: str) -> None:
+    """Each of Flower's strategies inside the private wrapper, at the tiniest run, on Ray as `flwr run` runs it
+    (tests/strategies/test_any_strategy.py compares their weights and ledgers in-process)."""
+    folder = run(tmp_path, strategy, 2, strategy=strategy, **{"num-server-rounds": 2, "local-steps": 2,
+                                                             "fraction-evaluate": 0.0})
+    summary = json.loads((folder / "summary.json").read_text())
+    assert (summary["status"], summary["rounds"]) == ("completed", 2)
+    assert [client["steps"] for client in summary["clients"]] == [4, 4]
+    assert json.loads((folder / "config.json").read_text())["run_config"]["strategy"] == strategy

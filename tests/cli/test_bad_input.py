@@ -67,6 +67,11 @@ RUN_CONFIG = [  # (--run-config text, the key the message must name)
     ("local-epochs=1e6", "local-epochs=1e+06 gives client"),  # local-epochs / q steps a round, over the cap
     ("seed=-1", "seed=-1 is out of range: it must be an integer in [0, 2**32)"),
     ("seed=18446744073709551616", "seed=18446744073709551616 is out of range"),  # 2**64
+    # issue 32: the server strategy and its parameters
+    ("strategy='fedsgd'", "strategy='fedsgd' is invalid: choose one of fedavg, fedavgm, fedprox, fedadam"),
+    ("strategy='fedadam' server-beta-2=1.5", "server-beta-2=1.5 is out of range: it must lie in [0, 1)"),
+    ("strategy='fedavgm' server-learning-rate=-1", "server-learning-rate=-1.0 is out of range"),
+    ("proximal-mu=0.1", "proximal-mu=0.1 has no effect with strategy='fedavg': it is read only by fedprox"),
 ]
 
 

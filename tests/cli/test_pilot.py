@@ -88,7 +88,8 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
     keys = sorted((workdir / "keys").iterdir())
     key_bytes = [path.read_bytes() for path in keys]
 
-    code, second, _ = pilot(capsys, *args)
+    fedadam = [f"{arg} strategy='fedadam'" if arg == RUN else arg for arg in args]  # any strategy continues them
+    code, second, _ = pilot(capsys, *fedadam)
     assert code == 0, second
     assert second["log"] != first["log"] and Path(second["log"]).parent.name == Path(second["run_dir"]).name
     assert [path.read_bytes() for path in sorted((workdir / "keys").iterdir())] == key_bytes  # sites reused

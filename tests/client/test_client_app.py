@@ -148,12 +148,12 @@ def test_a_failure_after_partial_training_is_recorded_with_the_clients_true_eps(
     import client.training
     from dirichlet_fl.run_writer import RunWriter
     from privacy.analysis import epsilon
-    from strategies.private_fedavg import PrivateFedAvg
+    from strategies.private import PrivateStrategy
 
     context = client_context(OVERRIDES)
     config = RunConfig.from_run_config(dict(context.run_config) | {"results-dir": str(tmp_path), "run-name": "run"})
     writer = RunWriter.create(config, 2, "x")
-    strategy = PrivateFedAvg(RunConfig(fraction_evaluate=0.0))
+    strategy = PrivateStrategy(RunConfig(fraction_evaluate=0.0))
     strategy.partition_of = {7: 0, 8: 1}
     ledger_file = writer.directory / "ledgers" / "partition-0.json"
     calls, seen = {"n": 0}, {}

@@ -48,6 +48,13 @@ def test_string_overrides_are_coerced() -> None:
         ("model", "nope", "model='nope' is invalid"),
         ("learning-rate", 0, "learning-rate=0.0 is out of range"),
         ("dead-class-rounds", 0, "dead-class-rounds=0 is out of range: it must be an integer >= 1"),
+        ("strategy", "fedsgd", "strategy='fedsgd' is invalid: choose one of fedavg, fedavgm, fedprox, fedadam, "
+                               "fedyogi, fedadagrad"),
+        ("server-learning-rate", -0.1, "server-learning-rate=-0.1 is out of range: it must be a finite number >= 0"),
+        ("proximal-mu", float("inf"), "proximal-mu=inf is out of range"),
+        ("adaptivity", 0, "adaptivity=0.0 is out of range: it must be a finite number > 0"),
+        ("server-momentum", 1, r"server-momentum=1.0 is out of range: it must lie in \[0, 1\)"),
+        ("proximal-mu", 0.1, "proximal-mu=0.1 has no effect with strategy='fedavg': it is read only by fedprox"),
     ],
 )
 def test_invalid_values_name_the_key_and_the_range(key: str, value: object, message: str) -> None:
@@ -93,3 +100,37 @@ def test_batch_norm_with_dpsgd_is_refused_before_any_client_tries() -> None:
     with pytest.raises(ValueError, match="allow-batch-norm=true is invalid with mechanism='dpsgd'"):
         RunConfig.from_run_config({"mechanism": "dpsgd", "allow-batch-norm": True})
     assert RunConfig.from_run_config({"mechanism": "dirichlet", "allow-batch-norm": True}).allow_batch_norm
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"strategy": "fedadam", "server-beta-2": 1.0}, r"server-beta-2=1.0 is out of range: it must lie in \[0, 1\)"),
+        ({"strategy": "fedadagrad", "server-beta-1": 0.5},
+         "server-beta-1=0.5 has no effect with strategy='fedadagrad': it is read only by fedadam, fedyogi"),
+        ({"strategy": "fedprox", "server-momentum": 0.5}, "server-momentum=0.5 has no effect"),
+    ],
+)
+def test_a_strategy_parameter_is_checked_against_the_strategy(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RunConfig.from_run_config(overrides)
+
+
+def test_each_strategy_gets_only_its_own_keys_as_flowers_arguments() -> None:
+    def arguments(**overrides: object) -> dict[str, float]:
+        return RunConfig.from_run_config({k.replace("_", "-"): v for k, v in overrides.items()}).strategy.arguments()
+
+    assert arguments() == {}
+    assert arguments(strategy="fedavgm") == {"server_momentum": 0.9}  # rate 0: Flower's own default
+    assert arguments(strategy="fedavgm", server_learning_rate=0.5) == {"server_learning_rate": 0.5,
+                                                                        "server_momentum": 0.9}
+    assert arguments(strategy="fedprox", proximal_mu=0.0) == {"proximal_mu": 0.0}
+    assert arguments(strategy="fedadam", server_learning_rate=0.01, server_beta_1=0.8) == {
+        "eta": 0.01, "tau": 1e-3, "beta_1": 0.8, "beta_2": 0.99}
+    assert arguments(strategy="fedadagrad", adaptivity=1e-9) == {"tau": 1e-9}
+
+
+def test_only_fedprox_puts_the_proximal_term_on_the_clients() -> None:
+    assert RunConfig().strategy.client_proximal_mu == 0.0  # proximal-mu's default is fedprox's alone
+    assert RunConfig.from_run_config({"strategy": "fedprox"}).strategy.client_proximal_mu == 0.01
+    assert RunConfig.from_run_config({"strategy": "fedprox", "proximal-mu": 0}).strategy.client_proximal_mu == 0.0

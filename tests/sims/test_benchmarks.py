@@ -20,7 +20,7 @@ from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import DataConfig, RunConfig
 from dirichlet_fl.split import federated_split
 from sims.fedavg_loop import FedAvgLoop
-from strategies.private_fedavg import PrivateFedAvg, seeded_sample
+from strategies.private import PrivateStrategy, seeded_sample
 from tests.helpers import set_task_identity
 
 pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
@@ -214,7 +214,7 @@ def test_invalid_options_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Cap
 
 @pytest.mark.parametrize("fraction", [0.3, 0.5, 1.0])
 def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
-    strategy = PrivateFedAvg(RunConfig(seed=7, fraction_train=fraction, fraction_evaluate=1.0))
+    strategy = PrivateStrategy(RunConfig(seed=7, fraction_train=fraction, fraction_evaluate=1.0))
     strategy.partition_of = {1000 - p: p for p in range(10)}  # node ids in the reverse order of partitions
     strategy.num_partitions = 10
     strategy.skip({4})

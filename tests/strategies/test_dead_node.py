@@ -15,7 +15,7 @@ from flwr.server.superlink.linkstate.utils import create_message_error_unavailab
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.run_writer import COMPLETED, RoundRecord
-from strategies.private_fedavg import PrivateFedAvg
+from strategies.private import PrivateStrategy
 from strategies.replies import NODE_UNAVAILABLE, attribute_replies, exchange
 from tests.helpers import set_task_identity
 
@@ -76,14 +76,14 @@ def answer(message: Message) -> Message:
     return Message(content, reply_to=message)
 
 
-def strategy() -> PrivateFedAvg:
-    s = PrivateFedAvg(RunConfig(fraction_evaluate=1.0))
+def strategy() -> PrivateStrategy:
+    s = PrivateStrategy(RunConfig(fraction_evaluate=1.0))
     s.partition_of, s.num_partitions = dict(NODES), len(NODES)
     s.reply_timeout = 0.2  # FakeGrid answers on push: a silent node costs this, not the hour of a real round
     return s
 
 
-def train_messages(s: PrivateFedAvg, server_round: int = 1) -> list[Message]:
+def train_messages(s: PrivateStrategy, server_round: int = 1) -> list[Message]:
     return list(s.configure_train(server_round, ArrayRecord({"w": torch.zeros(3)}), ConfigRecord(), grid=None))
 
 
@@ -154,7 +154,7 @@ def test_the_run_goes_on_and_completes_when_a_site_dies_mid_run() -> None:
 def test_discovery_leaves_an_unavailable_node_out_and_goes_on_after_its_patience() -> None:
     grid = FakeGrid()
     grid.dead = {17}
-    s = PrivateFedAvg(RunConfig())
+    s = PrivateStrategy(RunConfig())
     assert s.discover(grid, code="x", timeout=30, patience=0.5) == 3  # type: ignore[arg-type]
     assert s.partition_of == {9001: 0, 4242: 2}
     sampled = [m.metadata.dst_node_id for m in s.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None)]
@@ -169,4 +169,4 @@ def test_discovery_still_refuses_a_node_that_refuses_to_join() -> None:
             return Message(Error(4002, "other client code"), reply_to=message)
 
     with pytest.raises(RuntimeError, match="refused to join: other client code"):
-        PrivateFedAvg(RunConfig()).discover(Refusing(), code="x", timeout=5)  # type: ignore[arg-type]
+        PrivateStrategy(RunConfig()).discover(Refusing(), code="x", timeout=5)  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from dirichlet_fl.config import RunConfig
 from dirichlet_fl.metrics import evaluation_of
 from dirichlet_fl.protocol import CLASS_HITS, CLASS_TOTALS
 from strategies.federated_evaluation import aggregate_evaluation, federated_metrics
-from strategies.private_fedavg import PrivateFedAvg
+from strategies.private import PrivateStrategy
 from tests.helpers import set_task_identity
 
 set_task_identity()
@@ -31,7 +31,7 @@ def _test_set(classes: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.as_tensor(logits), torch.as_tensor(labels)
 
 
-def _evaluate_replies(strategy: PrivateFedAvg, logits: torch.Tensor, labels: torch.Tensor) -> list[Message]:
+def _evaluate_replies(strategy: PrivateStrategy, logits: torch.Tensor, labels: torch.Tensor) -> list[Message]:
     """Each node's evaluate reply on its share, as client/round.py evaluate_round builds it."""
     messages = list(strategy.configure_evaluate(1, ArrayRecord(), ConfigRecord(), grid=None))
     bounds = np.cumsum((0, *SIZES))
@@ -48,7 +48,7 @@ def _evaluate_replies(strategy: PrivateFedAvg, logits: torch.Tensor, labels: tor
 
 
 def test_summed_counts_equal_the_central_computation_on_the_same_data() -> None:
-    strategy = PrivateFedAvg(RunConfig(fraction_evaluate=1.0))
+    strategy = PrivateStrategy(RunConfig(fraction_evaluate=1.0))
     strategy.partition_of = {node: part for part, node in enumerate([31, 7, 4242, 9001])}
     strategy.num_partitions = len(SIZES)
     logits, labels = _test_set()

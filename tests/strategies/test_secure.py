@@ -1,6 +1,7 @@
 """SecAgg+ and client-level DP in the strategy: Flower's real protocol code (secaggplus_mod on each
 client, SecAggPlusWorkflow on the server) run in-process through the app's bridges (client/secure.py,
-strategies/secure.py) on sims.bench_secagg.InProcessGrid, with clients that return known updates."""
+strategies/secure.py, strategies/client_dp.py) on sims.bench_secagg.InProcessGrid, with clients that return
+known updates."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from dirichlet_fl.protocol import BUDGET_EXHAUSTED
 from privacy.client_level import ClientLevelRound
 from sims.bench_secagg import InProcessGrid
 from sims.bench_secagg import secure_round as run_secure_round
-from strategies.secure import SecureFedAvg
+from strategies.build import build_strategy
+from strategies.client_dp import ClientLevelDp
+from strategies.private import PrivateStrategy
 
 SHAPES = {"conv.weight": (8, 1, 3, 3), "fc.weight": (10, 200), "fc.bias": (10,)}
 EXAMPLES = [37, 120, 64, 9, 88]
@@ -48,7 +51,7 @@ def fake_client_app(refuse: set[int] = frozenset()) -> ClientApp:  # type: ignor
     return app
 
 
-def secure_round(grid: InProcessGrid, **overrides) -> tuple[SecureFedAvg, ArrayRecord, ArrayRecord | None]:
+def secure_round(grid: InProcessGrid, **overrides) -> tuple[PrivateStrategy, ArrayRecord, ArrayRecord | None]:
     """One round under SecAgg+ (max weight 200) with `overrides`: run-config keys written as keywords."""
     keys = {name.replace("_", "-"): value for name, value in overrides.items()}
     config = RunConfig.from_run_config({"secure-aggregation": "secaggplus", "secagg-max-weight": 200.0} | keys)
@@ -56,6 +59,12 @@ def secure_round(grid: InProcessGrid, **overrides) -> tuple[SecureFedAvg, ArrayR
     arrays = ArrayRecord({k: Array(rng.normal(0, 1, s).astype(np.float32)) for k, s in SHAPES.items()})
     strategy, new = run_secure_round(config, grid, arrays)
     return strategy, arrays, new
+
+
+def client_dp(strategy: PrivateStrategy) -> ClientLevelDp:
+    """The client-level DP wrapper inside the private one (client-dp is on)."""
+    assert isinstance(strategy.strategy, ClientLevelDp)
+    return strategy.strategy
 
 
 def weighted_mean_update(partitions: list[int]) -> dict[str, np.ndarray]:
@@ -143,12 +152,11 @@ def test_client_dp_under_secagg_noises_the_sum_and_accounts_the_survivors() -> N
 
     grid = InProcessGrid(fake_client_app(), 4, drop={Stage.COLLECT_MASKED_VECTORS: {103}})
     strategy, _, _ = secure_round(grid, client_dp="central", client_noise_multiplier=2.0)
-    assert strategy.client_level is not None
-    assert strategy.client_level.rounds == [ClientLevelRound(4, 4, 2.0 * math.sqrt(3 / 4))]
+    assert client_dp(strategy).client_level.rounds == [ClientLevelRound(4, 4, 2.0 * math.sqrt(3 / 4))]
 
 
 def test_secagg_never_sends_a_single_update() -> None:
-    strategy = SecureFedAvg(RunConfig.from_run_config({"secure-aggregation": "secaggplus", "fraction-evaluate": 0.0}))
+    strategy = build_strategy(RunConfig.from_run_config({"secure-aggregation": "secaggplus", "fraction-evaluate": 0.0}))
     strategy.partition_of = {100: 0, 101: 1}
     arrays = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
     assert len(list(strategy.configure_train(1, arrays, ConfigRecord(), grid=None))) == 2  # type: ignore[arg-type]
@@ -162,11 +170,11 @@ def test_the_client_level_ledger_survives_a_checkpoint() -> None:
     grid = InProcessGrid(fake_client_app(), 3)
     strategy, _, _ = secure_round(grid, client_dp="central", client_noise_multiplier=3.0)
     state = strategy.state_dict()
-    resumed = SecureFedAvg(strategy.config)
+    resumed = build_strategy(strategy.config)
     resumed.load_state_dict(state)
-    assert resumed.client_level is not None and strategy.client_level is not None
-    assert resumed.client_level.rounds == strategy.client_level.rounds == [ClientLevelRound(3, 3, 3.0)]
-    assert resumed.client_level.epsilon() == strategy.client_level.epsilon() > 0
+    before, after = client_dp(strategy).client_level, client_dp(resumed).client_level
+    assert after.rounds == before.rounds == [ClientLevelRound(3, 3, 3.0)]
+    assert after.epsilon() == before.epsilon() > 0
 
 
 UPDATE_NORMS = {p: float(np.sqrt(sum(np.sum(u.astype(np.float64) ** 2) for u in updates_for(p).values())))
@@ -190,25 +198,27 @@ def test_adaptive_clipping_moves_c_from_the_clients_bits(secure_aggregation: str
     record = strategy.current
     assert record is not None and record.client_level["clipping_norm"] == clipping_norm
     assert record.client_level["unclipped_fraction"] == pytest.approx(unclipped, abs=1e-4)
-    assert strategy.adaptive is not None
+    adaptive = client_dp(strategy).adaptive
+    assert adaptive is not None
     moved = clipping_norm * math.exp(-0.2 * (unclipped - 0.5))
-    assert strategy.adaptive.clipping_norm == pytest.approx(moved, rel=1e-4)
+    assert adaptive.clipping_norm == pytest.approx(moved, rel=1e-4)
     assert min(UPDATE_NORMS.values()) > 0.01 and max(UPDATE_NORMS.values()) < 100.0
 
 
 def test_adaptive_clipping_noises_the_update_at_z_delta_and_accounts_z() -> None:
     grid = InProcessGrid(fake_client_app(), 4)
     strategy, _, _ = secure_round(grid, client_dp="adaptive", client_noise_multiplier=0.3)
-    assert strategy.adaptive is not None and strategy.adaptive.count_stddev == 4 / 20  # the default: m / 20
-    assert strategy.update_noise_multiplier == pytest.approx((0.3 ** -2 - 0.4 ** -2) ** -0.5)
-    assert strategy.client_level is not None and strategy.client_level.rounds == [ClientLevelRound(4, 4, 0.3)]
-    resumed = SecureFedAvg(strategy.config)
+    dp = client_dp(strategy)
+    assert dp.adaptive is not None and dp.adaptive.count_stddev == 4 / 20  # the default: m / 20
+    assert dp.update_noise_multiplier == pytest.approx((0.3 ** -2 - 0.4 ** -2) ** -0.5)
+    assert dp.client_level.rounds == [ClientLevelRound(4, 4, 0.3)]
+    resumed = build_strategy(strategy.config)
     resumed.load_state_dict(strategy.state_dict())
-    assert resumed.adaptive == strategy.adaptive
+    assert client_dp(resumed).adaptive == dp.adaptive
 
 
 def test_adaptive_clipping_refuses_too_little_count_noise_before_any_client_trains() -> None:
-    strategy = SecureFedAvg(RunConfig.from_run_config({"client-dp": "adaptive", "client-noise-multiplier": 1.0}))
+    strategy = build_strategy(RunConfig.from_run_config({"client-dp": "adaptive", "client-noise-multiplier": 1.0}))
     strategy.partition_of = {100 + p: p for p in range(4)}
     arrays = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
     with pytest.raises(ValueError, match=r"needs client-clipped-count-stddev > 0.5 \(got 0.2\)"):

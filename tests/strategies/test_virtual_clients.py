@@ -13,7 +13,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, Met
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, CLIENT_ID_KEY, CODE_KEY, CODE_MISMATCH
-from strategies.private_fedavg import PrivateFedAvg
+from strategies.private import PrivateStrategy
 from strategies.replies import exchange
 from tests.helpers import set_task_identity
 
@@ -62,13 +62,13 @@ class VirtualGrid:
                                    "metrics": MetricRecord(metrics)}), reply_to=message)
 
 
-def virtual(fraction: float = 0.1, seed: int = 0) -> PrivateFedAvg:
-    s = PrivateFedAvg(RunConfig(fraction_train=fraction, fraction_evaluate=fraction, seed=seed, num_clients=CLIENTS))
+def virtual(fraction: float = 0.1, seed: int = 0) -> PrivateStrategy:
+    s = PrivateStrategy(RunConfig(fraction_train=fraction, fraction_evaluate=fraction, seed=seed, num_clients=CLIENTS))
     assert s.serve_virtual(VirtualGrid(), CLIENTS, code="abc") == CLIENTS  # type: ignore[arg-type]
     return s
 
 
-def train(s: PrivateFedAvg, server_round: int = 1) -> list[Message]:
+def train(s: PrivateStrategy, server_round: int = 1) -> list[Message]:
     return list(s.configure_train(server_round, ArrayRecord({"w": torch.zeros(3)}), ConfigRecord(), grid=None))
 
 
@@ -77,7 +77,7 @@ def named(messages: list[Message]) -> list[int]:
 
 
 def test_the_sample_is_the_one_a_node_per_client_federation_draws() -> None:
-    one_per_node = PrivateFedAvg(RunConfig(fraction_train=0.1, seed=3))
+    one_per_node = PrivateStrategy(RunConfig(fraction_train=0.1, seed=3))
     one_per_node.partition_of = {1000 + 7 * client: client for client in range(CLIENTS)}
     one_per_node.num_partitions = CLIENTS
     for server_round in (1, 2, 5):
@@ -132,7 +132,7 @@ def test_a_node_with_other_client_code_stops_the_run() -> None:
 
 
 def test_state_and_sampling_stay_compact_at_a_hundred_thousand_clients() -> None:
-    s = PrivateFedAvg(RunConfig(fraction_train=1e-4, num_clients=100_000))
+    s = PrivateStrategy(RunConfig(fraction_train=1e-4, num_clients=100_000))
     s.serve_virtual(VirtualGrid(), 100_000, code="abc")  # type: ignore[arg-type]
     s.exhausted = {5, 17}
     s.excluded = {3: "setup failed"}

@@ -1,4 +1,4 @@
-"""PrivateFedAvg in Flower's own unit-test style: seeded sampling by partition id, and aggregate_train on
+"""PrivateStrategy in Flower's own unit-test style: seeded sampling by partition id, and aggregate_train on
 mock replies (refused vs failed vs can-continue, weighted mean, the partition map)."""
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, Re
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
 from dirichlet_fl.run_writer import RoundRecord
-from strategies.private_fedavg import PrivateFedAvg
+from strategies.private import PrivateStrategy
 from tests.helpers import set_task_identity
 
 set_task_identity()
 
 
-def strategy(seed: int, fraction: float = 0.5, max_idle: int = 2) -> PrivateFedAvg:
-    s = PrivateFedAvg(RunConfig(seed=seed, fraction_train=fraction, fraction_evaluate=0.0, max_idle_rounds=max_idle))
+def strategy(seed: int, fraction: float = 0.5, max_idle: int = 2) -> PrivateStrategy:
+    s = PrivateStrategy(RunConfig(seed=seed, fraction_train=fraction, fraction_evaluate=0.0, max_idle_rounds=max_idle))
     s.partition_of = {node: partition for partition, node in enumerate([9001, 17, 4242, 5, 777, 31337])}
     return s
 
 
-def sampled(s: PrivateFedAvg, server_round: int) -> list[int]:
+def sampled(s: PrivateStrategy, server_round: int) -> list[int]:
     messages = s.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid=None)
     return sorted(s.partition_of[message.metadata.dst_node_id] for message in messages)
 
@@ -122,7 +122,7 @@ def test_the_run_stops_when_no_client_can_train() -> None:
 
 
 def test_with_keep_updates_the_round_record_holds_what_the_coordinator_saw() -> None:
-    s = PrivateFedAvg(RunConfig(fraction_evaluate=0.0, keep_updates=True))
+    s = PrivateStrategy(RunConfig(fraction_evaluate=0.0, keep_updates=True))
     s.partition_of = {17: 0, 5: 1}
     sent = ArrayRecord({"w": torch.zeros(3)})
     messages = {s.partition_of[m.metadata.dst_node_id]: m

@@ -1,25 +1,35 @@
-"""FedAvg over clients that each spend their own privacy budget.
+"""Per-client privacy around any Flower strategy: who is asked, what each client spent, how the run ends.
 
-Differences from Flower's FedAvg, and why:
+`PrivateStrategy` wraps a Message-API strategy the way Flower's DP wrappers
+(DifferentialPrivacyServerSideFixedClipping) wrap one. The wrapped strategy (Flower's FedAvg, FedAvgM,
+FedProx, FedAdam, FedYogi or FedAdagrad: strategies/flower_strategies.py, possibly inside the client-level
+DP wrapper, strategies/client_dp.py) decides how the accepted updates are aggregated (its aggregate_train,
+on the replies accepted here, in partition-id order) and what a message carries besides the weights (its
+configure_train / configure_evaluate, offered exactly the clients sampled here through `OfferedClients`).
+The wrapper decides everything else, the same under every strategy:
 - Clients are sampled by partition id with a seeded RNG (Flower samples random node ids with the
-  unseeded global `random`), so a seed fixes which clients train in which round.
+  unseeded global `random`), so a seed fixes which clients train in which round; the global `random` is
+  left as it was (Flower's sampling of the offered clients draws from it).
 - Each client's eps is recorded as reported; the round's privacy summary is the maximum over
-  clients, never a weighted mean (a mean of eps guarantees nothing to anyone).
+  clients, never a weighted mean (a mean of eps guarantees nothing to anyone; the wrapped strategy's own
+  metric aggregate, which averages them, is not used).
 - A client that reports it cannot afford another round, or refuses (BUDGET_EXHAUSTED, or
   POLICY_REFUSED: the run asks more than its site allows), is not sampled again (its rows say `spent`);
   a client whose setup failed (SETUP_FAILED: e.g. an unreachable eps, a too small shard, a corrupt
-  ledger file; nothing a new round changes) is taken out of sampling
-  with its reason recorded once. Refusing and failing clients carry their ledger summary in the
-  error's reason (dirichlet_fl.protocol.error_reason), which is recorded: eps is never under-stated.
-- Updates are averaged in partition-id order, not in arrival order, so that a seed fixes the global
-  weights bit for bit (a resumed run continues exactly).
+  ledger file; nothing a new round changes) is taken out of sampling with its reason recorded once.
+  Refusing and failing clients carry their ledger summary in the error's reason
+  (dirichlet_fl.protocol.error_reason), which is recorded: eps is never under-stated.
+- Updates reach the wrapped strategy in partition-id order, not in arrival order, so that a seed fixes
+  the global weights bit for bit (a resumed run continues exactly); an aggregate in a wider float type than
+  the weights sent (FedAdam, FedYogi and FedAdagrad step in float64) is cast back to the model's own.
 - The clients' evaluation replies are averaged, except their per-class counts, which are summed
   (strategies/federated_evaluation.py): the federated balanced accuracy and recalls are exact.
 - The run ends `completed` when every client that can train has spent its budget, and
   `stopped-no-client-can-train` when no client is left, none trained for max-idle-rounds rounds, or
   none trained in any round of the run.
-- The strategy's state (spent and excluded clients, idle rounds) is keyed by partition id, so that a
-  checkpoint restores it in a new federation whose node ids differ.
+- The state (spent and excluded clients, idle rounds, and the wrapped strategy's: the server optimizer's
+  moments, the client-level ledger) is keyed by partition id, so that a checkpoint restores it in a new
+  federation whose node ids differ.
 - Clients the server knows cannot train (skip(): too few examples for the batch size) are never
   sampled for training; they are re-derived from the split, so they are not part of the state.
 - Only the sampled clients are contacted in a round, so a round's cost grows with the sample, not
@@ -36,22 +46,24 @@ Differences from Flower's FedAvg, and why:
   for the round and the run goes on; a node unavailable at start-up is left out after JOIN_PATIENCE_S.
 - With keep_updates, each round's record keeps the weights sent and every trainer's returned weights
   (what the coordinator sees), for the run folder's updates/ and the update-view audit.
+- How a round's training messages travel is the transport's: `ClearTransport` (each reply carries its
+  update) or SecAgg+ (strategies/secure.py: only the sum is unmasked, handed on as one reply).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from logging import WARNING
-from typing import Any, cast
+from logging import INFO, WARNING
+from typing import Any, Protocol, cast
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
-from flwr.common.logger import log
+from flwr.common.logger import FLOWER_LOGGER, log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg
-from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+from flwr.serverapp.strategy import Strategy
 
 from dirichlet_fl.config import RunConfig, clients_per_round
 from dirichlet_fl.protocol import (
@@ -64,13 +76,26 @@ from dirichlet_fl.protocol import (
     parse_error_reason,
 )
 from dirichlet_fl.run_writer import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
-from strategies.federated_evaluation import aggregate_evaluation, federated_metrics
+from strategies.federated_evaluation import federated_metrics
+from strategies.flower_strategies import flower_strategy, load_strategy_state, strategy_state
 from strategies.message_exchange import send_and_receive
 from strategies.replies import NODE_UNAVAILABLE, attribute_replies, exchange
+from strategies.wrapped import ARRAYS, CLIENT_LEVEL_PREFIX, CONFIG, OfferedClients, in_dtypes_of
 
 JOIN_PATIENCE_S = 60.0
 """discover() waits this long after the last node joined for the partitions still missing, then goes on
 without them: a site that has left does not hold up the next run (the simulation lists every node at once)."""
+
+
+class _OfferedSampleLog(logging.Filter):
+    """Drops a wrapped Flower strategy's "configure_train: Sampled k nodes (out of k)" line: it samples from
+    the clients offered, so its count would pass this round's sample off as the whole population."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("configure_train: Sampled", "configure_evaluate: Sampled"))
+
+
+_OFFERED_SAMPLE_LOG = _OfferedSampleLog()
 
 
 def seeded_sample(key: tuple[int, str, int], ordered: list[int], population: int, fraction: float) -> list[int]:
@@ -82,7 +107,7 @@ def seeded_sample(key: tuple[int, str, int], ordered: list[int], population: int
 
 @dataclass(frozen=True)
 class RunResult:
-    """How PrivateFedAvg.run ended: the final global weights, the run's status (run_writer.COMPLETED or
+    """How PrivateStrategy.run ended: the final global weights, the run's status (run_writer.COMPLETED or
     run_writer.STOPPED_NO_CLIENT) and why, in one line."""
 
     arrays: ArrayRecord
@@ -90,24 +115,44 @@ class RunResult:
     reason: str
 
 
-class PrivateFedAvg(FedAvg):
-    """FedAvg with seeded sampling by partition id and per-client budgets (see module docstring).
+class Transport(Protocol):
+    """How a round's training messages travel and come back (ClearTransport; strategies/secure.py)."""
 
-    Reads seed, fraction-train, fraction-evaluate, keep-updates and max-idle-rounds from the run config."""
+    def checked(self, server_round: int, messages: list[Message]) -> list[Message]:
+        """The round's messages, or [] (or a ValueError) when this transport cannot carry them."""
+
+    def train(self, strategy: PrivateStrategy, grid: Grid, server_round: int, arrays: ArrayRecord,
+              messages: list[Message]) -> list[Message]:
+        """Send the round's training messages; record every sampled client's outcome in strategy.current;
+        return the replies the wrapped strategy aggregates, in partition-id order."""
+
+
+class ClearTransport:
+    """Each client's reply carries its own update (secure-aggregation = "none")."""
+
+    def checked(self, server_round: int, messages: list[Message]) -> list[Message]:
+        return messages
+
+    def train(self, strategy: PrivateStrategy, grid: Grid, server_round: int, arrays: ArrayRecord,
+              messages: list[Message]) -> list[Message]:
+        replies = exchange(grid, messages, strategy.reply_timeout)
+        strategy.note_routes(messages)
+        return strategy.accept(server_round, replies)
+
+
+class PrivateStrategy(Strategy):
+    """Seeded sampling by partition id and per-client budgets around `strategy` (see module docstring).
+
+    Reads seed, fraction-train, fraction-evaluate, keep-updates and max-idle-rounds from the run config;
+    `strategy` defaults to Flower's class for the config's `strategy` key, `transport` to ClearTransport."""
 
     reply_timeout = 3600.0
     """Seconds a round waits for its replies; a node silent that long is recorded as failed."""
 
-    def __init__(self, config: RunConfig) -> None:
-        super().__init__(
-            fraction_train=config.fraction_train,
-            fraction_evaluate=config.fraction_evaluate,
-            min_train_nodes=1,
-            min_evaluate_nodes=1 if config.fraction_evaluate > 0 else 0,
-            min_available_nodes=1,
-            evaluate_metrics_aggr_fn=aggregate_evaluation,
-        )
+    def __init__(self, config: RunConfig, strategy: Strategy | None = None, transport: Transport | None = None) -> None:
         self.config = config
+        self.strategy = strategy if strategy is not None else flower_strategy(config.strategy)
+        self.transport: Transport = transport if transport is not None else ClearTransport()
         self.sent: ArrayRecord | None = None
         self.partition_of: dict[int, int] = {}
         """Discovery: each node's partition (its client)."""
@@ -131,13 +176,19 @@ class PrivateFedAvg(FedAvg):
         """Rounds in which some client trained: a run without one did not complete."""
         self.current: RoundRecord | None = None
 
+    def summary(self) -> None:
+        log(INFO, "\t├──> dirichlet-fl: seeded sampling by partition id, per-client eps; aggregation by:")
+        self.strategy.summary()
+
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps (sampling needs no RNG position: it is seeded per round)."""
+        """What a checkpoint keeps (sampling needs no RNG position: it is seeded per round), with the wrapped
+        strategy's state (flower_strategies.strategy_state)."""
         return {
             "exhausted": sorted(self.exhausted),
             "excluded": {str(partition): reason for partition, reason in sorted(self.excluded.items())},
             "idle_rounds": self.idle_rounds,
             "trained_rounds": self.trained_rounds,
+            **strategy_state(self.strategy),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -145,6 +196,7 @@ class PrivateFedAvg(FedAvg):
         self.excluded = {int(partition): str(reason) for partition, reason in state["excluded"].items()}
         self.idle_rounds = int(state["idle_rounds"])
         self.trained_rounds = int(state.get("trained_rounds", 1))  # older checkpoints: taken to have trained
+        load_strategy_state(self.strategy, state)
 
     def discover(self, grid: Grid, code: str, timeout: float = 600.0, patience: float = JOIN_PATIENCE_S) -> int:
         """Ask every node which partition it holds (a query message), so sampling can be seeded, and
@@ -172,7 +224,7 @@ class PrivateFedAvg(FedAvg):
     def _query(self, grid: Grid, nodes: list[int], code: str, timeout: float) -> set[int]:
         """Send the discovery query to `nodes`; note each answering node's partition. Returns the nodes
         that are unavailable; raises when a node refuses to join (e.g. it runs other client code)."""
-        query = RecordDict({"config": ConfigRecord({CODE_KEY: code})})
+        query = RecordDict({CONFIG: ConfigRecord({CODE_KEY: code})})
         messages = [Message(query, dst_node_id=node, message_type=MessageType.QUERY) for node in nodes]
         gone = set()
         for reply in attribute_replies(messages, send_and_receive(grid, messages, timeout)):
@@ -224,17 +276,38 @@ class PrivateFedAvg(FedAvg):
         population = self.num_partitions if self.nodes else max(self.num_partitions, len(self.partition_of))
         return seeded_sample((self.config.seed, purpose, server_round), sorted(eligible), population, fraction)
 
-    def _messages(self, record: RecordDict, clients: list[int], message_type: str) -> list[Message]:
+    def _offer(self, configure: Callable[..., Iterable[Message]], server_round: int, arrays: ArrayRecord,
+               config: ConfigRecord, clients: list[int], eligible: int) -> dict[int, RecordDict]:
+        """The content the wrapped strategy's `configure` (configure_train or configure_evaluate) gives each
+        of `clients`, offered to it as the only nodes there are; the global `random` it samples with is left
+        untouched. A strategy that leaves an offered client out breaks the seeded sample: refused."""
+        config["server-round"] = server_round
+        state = random.getstate()
+        FLOWER_LOGGER.addFilter(_OFFERED_SAMPLE_LOG)
+        try:
+            offered = list(configure(server_round, arrays, config, OfferedClients(clients, eligible)))
+        finally:
+            FLOWER_LOGGER.removeFilter(_OFFERED_SAMPLE_LOG)
+            random.setstate(state)
+        contents = {message.metadata.dst_node_id: message.content for message in offered}
+        if sorted(contents) != sorted(clients):
+            raise RuntimeError(f"the wrapped strategy asked clients {sorted(contents)} of {sorted(clients)}: it must "
+                               "ask every client it is offered (build it with fraction 1)")
+        return contents
+
+    def _messages(self, contents: dict[int, RecordDict], clients: list[int], message_type: str) -> list[Message]:
         """One message per client: to its node, or (virtual) dealt round-robin to the SuperNodes, naming the
         client and the server's code in its own copy of the config."""
         if not self.nodes:
             node_of = {partition: node for node, partition in self.partition_of.items()}
-            return list(self._construct_messages(record, [node_of[client] for client in clients], message_type))
+            return [Message(contents[client], dst_node_id=node_of[client], message_type=message_type)
+                    for client in clients]
         messages = []
         for i, client in enumerate(clients):
-            config = ConfigRecord({**record.config_records.get(self.configrecord_key, ConfigRecord()),
+            record = contents[client]
+            config = ConfigRecord({**record.config_records.get(CONFIG, ConfigRecord()),
                                    CLIENT_ID_KEY: client, CODE_KEY: self.code})
-            content = RecordDict({**record, self.configrecord_key: config})
+            content = RecordDict({**record, CONFIG: config})
             messages.append(Message(content, dst_node_id=self.nodes[i % len(self.nodes)], message_type=message_type))
         return messages
 
@@ -242,7 +315,7 @@ class PrivateFedAvg(FedAvg):
         """After an exchange (which gave every message its id): remember which client each message named."""
         if self.nodes:
             self.routes = {message.metadata.message_id: int(cast(int, message.content.config_records[
-                self.configrecord_key][CLIENT_ID_KEY])) for message in messages}
+                CONFIG][CLIENT_ID_KEY])) for message in messages}
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -251,11 +324,10 @@ class PrivateFedAvg(FedAvg):
         eligible = [client for client in self.clients if client not in unavailable]
         if not eligible:
             return []
-        config["server-round"] = server_round
         self.sent = arrays
-        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        clients = self._sample(server_round, self.fraction_train, eligible, "train")
-        return self._messages(record, clients, MessageType.TRAIN)
+        clients = self._sample(server_round, self.config.fraction_train, eligible, "train")
+        contents = self._offer(self.strategy.configure_train, server_round, arrays, config, clients, len(eligible))
+        return self.transport.checked(server_round, self._messages(contents, clients, MessageType.TRAIN))
 
     def skip(self, partitions: set[int]) -> None:
         """Never sample these partitions for training."""
@@ -269,19 +341,20 @@ class PrivateFedAvg(FedAvg):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        if self.fraction_evaluate == 0.0:
+        if self.config.fraction_evaluate == 0.0:
             return []
-        config["server-round"] = server_round
-        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        clients = self._sample(server_round, self.fraction_evaluate, self.clients, "evaluate")
-        return self._messages(record, clients, MessageType.EVALUATE)
+        population = list(self.clients)
+        clients = self._sample(server_round, self.config.fraction_evaluate, population, "evaluate")
+        contents = self._offer(self.strategy.configure_evaluate, server_round, arrays, config, clients,
+                               len(population))
+        return self._messages(contents, clients, MessageType.EVALUATE)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """FedAvg's weighted mean of the clients' loss and accuracy and the sum of their per-class counts
-        (strategies/federated_evaluation.py), in partition-id order: in arrival order the float sums
-        (federated accuracy and loss in rounds.csv) differ in the last bits between two runs of the same seed."""
+        """The wrapped strategy's evaluation aggregate (the clients' weighted loss and accuracy and their summed
+        per-class counts: strategies/federated_evaluation.py), in partition-id order: in arrival order the float
+        sums (federated accuracy and loss in rounds.csv) differ in the last bits between two runs of the same seed."""
         ordered = sorted(self._known(replies), key=self._client)
-        return super().aggregate_evaluate(server_round, ordered)
+        return self.strategy.aggregate_evaluate(server_round, ordered)
 
     def _known(self, replies: Iterable[Message]) -> list[Message]:
         """The replies from nodes that joined the run (virtual: to messages of this round); any other is
@@ -301,30 +374,46 @@ class PrivateFedAvg(FedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Weighted average of the private updates (in partition-id order); per-client eps kept, the max
-        reported; refusals and failures (a dropped-out site included) recorded with the ledgers they report."""
-        valid, errors = self._check_and_log_replies(self._known(replies), is_train=True)
-        record = self.current = RoundRecord(server_round, sent=self.sent if self.config.keep_updates else None)
-        for reply in errors:
-            self._record_error(record, self._client(reply), reply)
-        valid = sorted(valid, key=self._client)
+        """The wrapped strategy's aggregate of the accepted updates (in partition-id order); per-client eps
+        kept, the max reported; refusals and failures (a dropped-out site included) recorded with the
+        ledgers they report."""
+        return self._aggregate(server_round, self.accept(server_round, replies))
+
+    def accept(self, server_round: int, replies: Iterable[Message]) -> list[Message]:
+        """Record the round's replies (a new self.current): refusals and failures with their ledgers, each
+        trainer's metrics; returns the trainers' replies in partition-id order."""
+        record = self.begin_round(server_round)
+        valid = []
+        for reply in self._known(replies):
+            if reply.has_error():
+                client = self._client(reply)
+                log(INFO, "dirichlet-fl: round %d: client %d replied with error %d: %s", server_round, client,
+                    reply.error.code, parse_error_reason(reply.error.reason or "")[0])
+                self.record_error(record, client, reply)
+            else:
+                valid.append(reply)
+        valid.sort(key=self._client)
         for reply in valid:
             metrics = {key: float(cast(float, value)) for key, value in reply.content.metric_records["metrics"].items()}
-            partition = self._client(reply)
-            record.trained[partition] = metrics
-            if self.config.keep_updates:
-                record.returned[partition] = reply.content.array_records[self.arrayrecord_key]
-            if not metrics["can-continue"]:
-                self.exhausted.add(partition)
-        record.spent = set(self.exhausted)
-        record.excluded = set(self.excluded)
-        self._count_round(bool(valid))
-        if not valid:
-            return None, None
-        arrays = aggregate_arrayrecords([reply.content for reply in valid], self.weighted_by_key)
-        return arrays, MetricRecord({"train-loss": record.train_loss, "max-epsilon": record.max_epsilon})
+            self.record_trained(record, self._client(reply), metrics, reply.content.array_records[ARRAYS])
+        self.close_round(record)
+        return valid
 
-    def _record_error(self, record: RoundRecord, partition: int, reply: Message, stage: str = "") -> None:
+    def begin_round(self, server_round: int) -> RoundRecord:
+        """A new record for the round (self.current), holding the weights sent when the run keeps updates."""
+        self.current = RoundRecord(server_round, sent=self.sent if self.config.keep_updates else None)
+        return self.current
+
+    def record_trained(self, record: RoundRecord, client: int, metrics: dict[str, float],
+                       returned: ArrayRecord | None = None) -> None:
+        """A trainer's metrics (and, with keep-updates, its returned weights); spent if it cannot continue."""
+        record.trained[client] = metrics
+        if self.config.keep_updates and returned is not None:
+            record.returned[client] = returned
+        if not metrics["can-continue"]:
+            self.exhausted.add(client)
+
+    def record_error(self, record: RoundRecord, partition: int, reply: Message, stage: str = "") -> None:
         """A refusal (not sampled again) or a failure (excluded after a setup failure), with its ledger."""
         text, summary = parse_error_reason(reply.error.reason or "")
         if summary is not None:
@@ -337,9 +426,29 @@ class PrivateFedAvg(FedAvg):
         if reply.error.code == SETUP_FAILED:
             self.excluded[partition] = text
 
-    def _count_round(self, trained: bool) -> None:
-        self.idle_rounds = 0 if trained else self.idle_rounds + 1
-        self.trained_rounds += int(trained)
+    def close_round(self, record: RoundRecord) -> None:
+        """Note who is spent or excluded after the round, and whether anyone trained."""
+        record.spent = set(self.exhausted)
+        record.excluded = set(self.excluded)
+        self.idle_rounds = 0 if record.trained else self.idle_rounds + 1
+        self.trained_rounds += int(bool(record.trained))
+
+    def _aggregate(
+        self, server_round: int, accepted: list[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The wrapped strategy's aggregate of `accepted` in the dtypes of the weights sent, and the round's
+        client-level DP (CLIENT_LEVEL_PREFIX) in its record; (None, None) when nothing was accepted."""
+        record = self.current or self.begin_round(server_round)
+        if not accepted:
+            return None, None
+        arrays, metrics = self.strategy.aggregate_train(server_round, accepted)
+        if arrays is None:
+            return None, None
+        for key, value in (metrics or {}).items():
+            if key.startswith(CLIENT_LEVEL_PREFIX):
+                record.client_level[key.removeprefix(CLIENT_LEVEL_PREFIX).replace("-", "_")] = cast(float, value)
+        return in_dtypes_of(arrays, self.sent), MetricRecord({"train-loss": record.train_loss,
+                                                              "max-epsilon": record.max_epsilon})
 
     def stop_reason(self) -> tuple[str, str] | None:
         """None while some client may still train; else the run's final status and why."""
@@ -357,11 +466,11 @@ class PrivateFedAvg(FedAvg):
     def train_and_aggregate(
         self, grid: Grid, server_round: int, arrays: ArrayRecord, messages: list[Message]
     ) -> ArrayRecord | None:
-        """Send the round's train messages and aggregate the replies (sets self.current); None when no
-        client's update arrived. strategies/secure.py overrides it for SecAgg+ and client-level DP."""
-        replies = exchange(grid, messages, self.reply_timeout)
-        self.note_routes(messages)
-        new_arrays, _ = self.aggregate_train(server_round, replies)
+        """Send the round's train messages through the transport and aggregate what it accepted (sets
+        self.current); None when no client's update arrived."""
+        accepted = self.transport.train(self, grid, server_round, arrays, messages) if messages else \
+            self.accept(server_round, [])
+        new_arrays, _ = self._aggregate(server_round, accepted)
         return new_arrays
 
     def run(
