@@ -63,9 +63,11 @@ from dirichlet_fl.protocol import (
     RUN_DIR_KEY,
     SETUP_FAILED,
     TRAINING_FAILED,
+    UnreadableFile,
     arrays_of,
     code_fingerprint,
     error_reason,
+    failure_line,
     number,
     one_line,
 )
@@ -192,12 +194,27 @@ class _Durable:
         self.progress.finish()
 
 
-def _failure(msg: Message, code: int, reason: str, policy: SitePolicy | None = None, site: bool = False) -> Message:
-    """An Error reply; a site logs the full reason and sends it without its paths or exact counts."""
+def _failure(
+    msg: Message, code: int, reason: str, policy: SitePolicy | None = None, site: bool = False, public: str = ""
+) -> Message:
+    """An Error reply; a site logs the full reason and sends its `public` form (the reason itself when empty:
+    a text of this app's that quotes no file), without its paths or exact counts."""
     if site:
         print(f"dirichlet-fl site: {reason}", file=sys.stderr, flush=True)
-        reason = public_reason(reason, policy)
+        reason = public_reason(public or reason, policy)
     return Message(Error(code, reason), reply_to=msg)
+
+
+def _setup_failure(msg: Message, error: Exception, policy: SitePolicy | None, site: bool) -> Message:
+    """SETUP_FAILED for a failure before training: a bad node config or run config is named as it is; a file
+    that could not be read, or anything unforeseen, reaches the coordinator as what failed and its type."""
+    if isinstance(error, UnreadableFile):
+        public = error.public
+    elif isinstance(error, ValueError):
+        public = ""
+    else:
+        public = f"setup failed ({type(error).__name__}); the site's own log has the details"
+    return _failure(msg, SETUP_FAILED, error_reason(failure_line(error), None), policy, site, public)
 
 
 def _shown(metrics: dict[str, Any], config: RunConfig, site: bool) -> dict[str, Any]:
@@ -223,9 +240,11 @@ def train(msg: Message, context: Context) -> Message:
         refusal = policy.refusal(config, config.target_epsilon_for(policy.partition_id, policy.num_partitions))
         if refusal is not None:  # before anything is opened: a refused request writes nothing
             return _failure(msg, POLICY_REFUSED, f"client {client.partition_id}: {refusal}", policy, site)
+        config = policy.site_config(config)
         node, nonce = _node(policy, config, context)
         server_round = int(number(msg.content, "config", "server-round"))
-        run_file = None if node.lifetime_ledger is not None else run_state_file(msg, client.partition_id)
+        # a site keeps its ledger in its own ledger-dir (or its state), never in a folder the message names
+        run_file = None if node.lifetime_ledger is not None or site else run_state_file(msg, client.partition_id)
         durable = _Durable(node, run_file, nonce, server_round)
         virtual = virtual_client(msg) is not None
         if virtual and durable.run_file is None:
@@ -233,15 +252,16 @@ def train(msg: Message, context: Context) -> Message:
                              f"but the message names none ({RUN_DIR_KEY})")
         saved = durable.saved(context)
         weights = arrays_of(msg.content).to_torch_state_dict()
-    except ValueError as error:  # a bad node config, data file or ledger file: named, never reset
-        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None), policy, site)
+    except Exception as error:  # a bad node config, data file or ledger file: named, never reset
+        return _setup_failure(msg, error, policy, site)
     try:
         outcome = train_round(config, client, saved, weights, server_round, durable.write_ahead, node)
     except Exception as error:  # anything unforeseen: one line; the ledger file already holds the steps
         if durable.progress is not None:
             durable.progress.abandon()  # its count replaces the plan for the next reader
         text = f"client {client.partition_id}: {one_line(error)}"
-        return _failure(msg, TRAINING_FAILED, error_reason(text, None), policy, site)
+        public = f"client {client.partition_id}: training failed ({type(error).__name__})"
+        return _failure(msg, TRAINING_FAILED, error_reason(text, None), policy, site, public)
     if outcome.mechanism is not None:  # saved before replying, error or not: the ledger must survive
         state = outcome.mechanism.state_dict()
         if not virtual:  # a virtual client's ledger is its file alone: the node serves other clients
@@ -250,10 +270,13 @@ def train(msg: Message, context: Context) -> Message:
             durable.commit(state)
         except (OSError, ValueError) as error:  # the write-ahead record (an over-statement) stays in place
             text = f"client {client.partition_id}: cannot save its ledger: {one_line(error)}"
+            public = f"client {client.partition_id}: cannot save its ledger ({type(error).__name__})"
             summary = accountant_summary(config, client, outcome.mechanism)
-            return _failure(msg, TRAINING_FAILED, error_reason(text, summary), policy, site)
+            return _failure(
+                msg, TRAINING_FAILED, error_reason(text, summary), policy, site, error_reason(public, summary)
+            )
     if outcome.error_code is not None or outcome.weights is None:
-        return _failure(msg, outcome.error_code or TRAINING_FAILED, outcome.reason, policy, site)
+        return _failure(msg, outcome.error_code or TRAINING_FAILED, outcome.reason, policy, site, outcome.public)
     metrics = MetricRecord(_shown(dict(outcome.metrics), config, site))
     content = RecordDict({"arrays": ArrayRecord(outcome.weights), "metrics": metrics})
     return Message(content=content, reply_to=msg)
@@ -269,11 +292,19 @@ def evaluate_locally(msg: Message, context: Context) -> Message:
     try:
         config = parse_run_config(context.run_config)
         policy, site = _site(context, msg, config)
+        if (refusal := policy.path_refusal(config)) is not None:
+            return _failure(msg, POLICY_REFUSED, f"client {policy.partition_id}: {refusal}", policy, site)
+        config = policy.site_config(config)
         node = NodeResources(aggregation_weight=policy.aggregation_weight)
         weights = arrays_of(msg.content).to_torch_state_dict()
-        metrics = evaluate_round(config, site_client(policy, config), weights, node)
     except Exception as error:
-        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None), policy, site)
+        return _setup_failure(msg, error, policy, site)
+    try:
+        metrics = evaluate_round(config, site_client(policy, config), weights, node)
+    except Exception as error:  # the data (UnreadableFile) or the model: what failed, never the text at a site
+        public = error.public if isinstance(error, UnreadableFile) else f"evaluation failed ({type(error).__name__})"
+        text = f"client {policy.partition_id}: {failure_line(error)}"
+        return _failure(msg, SETUP_FAILED, text, policy, site, f"client {policy.partition_id}: {public}")
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 

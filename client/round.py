@@ -33,8 +33,10 @@ from dirichlet_fl.protocol import (
     SETUP_FAILED,
     TRAINING_FAILED,
     Metrics,
+    UnreadableFile,
     error_reason,
     one_line,
+    reading,
 )
 from dirichlet_fl.run_model import build_run_model
 from dirichlet_fl.split import (
@@ -95,11 +97,20 @@ class RoundOutcome:
     metrics: Metrics = field(default_factory=dict)
     error_code: int | None = None
     reason: str = ""
+    public: str = ""
+    """What a site sends the coordinator instead of `reason` when the reason may quote a file's contents or
+    an unforeseen error's text (empty: `reason` itself); the site's own log has `reason`."""
 
 
 def client_data(config: RunConfig, client: Client) -> tuple[ClientShard, ImageData]:
     """The client's shard on the run's device, and the data it comes from (for the model's shape): its
-    own data file, or its partition of the run's split (from the node's cache when it has one)."""
+    own data file, or its partition of the run's split (from the node's cache when it has one). Any
+    failure is an UnreadableFile: its text may quote the files read."""
+    with reading("its data"):
+        return _client_data(config, client)
+
+
+def _client_data(config: RunConfig, client: Client) -> tuple[ClientShard, ImageData]:
     device = resolve_device(config.device)
     if client.shard is not None:
         return client.shard, federated_split(config.split_spec(client.num_partitions)).data
@@ -191,6 +202,9 @@ def train_round(
         mechanism = _mechanism(config, client, saved, shard.num_examples, node)
     except LifetimeBudgetSpent as error:
         return RoundOutcome(None, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", None))
+    except UnreadableFile as error:
+        return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None),
+                            public=error_reason(f"{label}: {error.public}", None))
     except ValueError as error:
         return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None))
     steps = config.local_steps_per_round(mechanism.sample_rate)
@@ -225,7 +239,9 @@ def train_round(
     except Exception as error:  # the ledger survives: every step was composed before it ran
         text = f"{label}: training failed: {one_line(error)}"
         ran = accountant_summary(config, client, mechanism)
-        return RoundOutcome(mechanism, error_code=TRAINING_FAILED, reason=error_reason(text, ran))
+        public = f"{label}: training failed ({type(error).__name__}); the site's own log has the details"
+        return RoundOutcome(mechanism, error_code=TRAINING_FAILED, reason=error_reason(text, ran),
+                            public=error_reason(public, ran))
     metrics: Metrics = {
         "num-examples": reported_weight(shard.num_examples, node),
         "partition-id": client.partition_id,

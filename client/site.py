@@ -5,8 +5,9 @@ The coordinator writes the run config, a site its node config, and the site's wo
 its `allowed-mechanisms`; a run asking for more is refused (POLICY_REFUSED), naming the key. On the
 Deployment Engine a site that sets none of them still gets safe defaults, and a node without
 `secret-dir` is refused unless it sets `insecure-noise=true`. `ledger-dir` holds its lifetime ledgers
-(client/lifetime_ledger.py), keyed by its data's fingerprint. A failure reason sent to the coordinator
-names no site path and no exact example count. Every key: docs/configuration.md and docs/consortium.md.
+(client/lifetime_ledger.py), keyed by its data's fingerprint. Every path a site opens is its node
+config's: a run config naming one (RUN_PATH_KEYS) is refused. A failure reason sent to the coordinator
+names no site path, no exact example count and quotes no file. Every key: docs/configuration.md and docs/consortium.md.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 import secrets
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +27,25 @@ from client.locked_json import private_folder
 from client.round import Client, shard_of
 from client.secret_store import SECRET_BYTES, stored_secret
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import SUMMARY_MARK
+from dirichlet_fl.protocol import SUMMARY_MARK, reading
 from privacy.checks import check_in_open_interval, check_integer, check_positive
 from privacy.registry import MECHANISMS
 
 NODE_KEYS = (
-    "partition-id", "num-partitions", "data-file", "target-epsilon", "max-target-epsilon", "lifetime-epsilon",
-    "delta", "alpha", "allowed-mechanisms", "ledger-dir", "secret-dir", "insecure-noise", "cache-dir",
-    "aggregation-weight",
+    "partition-id", "num-partitions", "data-file", "data-root", "target-epsilon", "max-target-epsilon",
+    "lifetime-epsilon", "delta", "alpha", "allowed-mechanisms", "ledger-dir", "secret-dir", "insecure-noise",
+    "cache-dir", "aggregation-weight",
 )  # fmt: skip
 """Every node-config key a site may set (docs/consortium.md's node-config table)."""
 SITE_MECHANISMS = ("dirichlet", "dpsgd")
 """A site's `allowed-mechanisms` on the Deployment Engine unless it sets its own: the private ones."""
 DEFAULT_SITE_DELTA = 1e-5
 """A site's `delta` on the Deployment Engine unless it sets its own (the app's default run delta)."""
-SITE_PATH_KEYS = ("data-file", "ledger-dir", "secret-dir", "cache-dir")
+_DEFAULT_RUN_CONFIG = RunConfig().to_run_config()
+SITE_PATH_KEYS = ("data-file", "data-root", "ledger-dir", "secret-dir", "cache-dir")
+RUN_PATH_KEYS = ("data-root", "data-path", "site-file")
+"""The run-config keys that name a path a client opens. At a site those paths are the site's own (its node
+config): a run config that sets one is refused, so that a site never opens a file the coordinator chose."""
 
 
 def on_deployment_engine() -> bool:
@@ -56,6 +61,7 @@ class SitePolicy:
     partition_id: int
     num_partitions: int
     data_file: str = ""
+    data_root: str = ""
     target_epsilon: float | None = None
     max_target_epsilon: float | None = None
     lifetime_epsilon: float | None = None
@@ -67,6 +73,8 @@ class SitePolicy:
     insecure_noise: bool = False
     cache_dir: str = ""
     aggregation_weight: float | None = None
+    deployment: bool = False
+    """A site's policy (a SuperNode's node config), not a simulation's."""
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any], deployment: bool = False) -> SitePolicy:
@@ -88,6 +96,7 @@ class SitePolicy:
             partition_id=check_integer("partition-id", int(node_config["partition-id"]), 0),
             num_partitions=check_integer("num-partitions", int(node_config["num-partitions"]), 1),
             data_file=str(node_config.get("data-file", "")),
+            data_root=str(node_config.get("data-root", "")),
             target_epsilon=positive("target-epsilon"),
             max_target_epsilon=positive("max-target-epsilon"),
             lifetime_epsilon=positive("lifetime-epsilon"),
@@ -99,6 +108,7 @@ class SitePolicy:
             insecure_noise=_flag("insecure-noise", node_config.get("insecure-noise", False)),
             cache_dir=str(node_config.get("cache-dir", "")),
             aggregation_weight=positive("aggregation-weight"),
+            deployment=deployment,
         )
         if policy.partition_id >= policy.num_partitions:
             raise ValueError(
@@ -113,6 +123,8 @@ class SitePolicy:
 
     def refusal(self, config: RunConfig, asked_epsilon: float) -> str | None:
         """Why this site refuses the run config, or None: the coordinator can lower, never raise."""
+        if (refused := self.path_refusal(config)) is not None:
+            return refused
         ceiling = self.max_target_epsilon if self.target_epsilon is None else None
         if ceiling is not None and asked_epsilon > ceiling:
             return (
@@ -133,13 +145,32 @@ class SitePolicy:
             )
         return None
 
+    def path_refusal(self, config: RunConfig) -> str | None:
+        """At a site: why the run config may not name a path this site would open (RUN_PATH_KEYS), or None."""
+        if not self.deployment:
+            return None
+        asked, defaults = config.to_run_config(), _DEFAULT_RUN_CONFIG
+        for key in RUN_PATH_KEYS:
+            if asked[key] != defaults[key]:
+                return (
+                    f"site policy: the run config sets {key}, a path this site would open; a site opens only "
+                    "the files its node config names (node-config keys data-file, data-root)"
+                )
+        return None
+
+    def site_config(self, config: RunConfig) -> RunConfig:
+        """The run config with this site's own data-root (node config) in place of the app's default."""
+        if not self.data_root:
+            return config
+        return replace(config, data=replace(config.data, root=self.data_root))
+
     def target_for(self, asked_epsilon: float) -> float:
         """The run's budget at this site: the site's own target-epsilon if set, else the run's ask."""
         return self.target_epsilon if self.target_epsilon is not None else asked_epsilon
 
     def paths(self) -> dict[str, str]:
         """The site's own paths by node-config key (those it set)."""
-        values = (self.data_file, self.ledger_dir, self.secret_dir, self.cache_dir)
+        values = (self.data_file, self.data_root, self.ledger_dir, self.secret_dir, self.cache_dir)
         return {key: value for key, value in zip(SITE_PATH_KEYS, values) if value}
 
 
@@ -173,7 +204,8 @@ def node_secret(policy: SitePolicy, config: RunConfig) -> bytes | None:
     simulation with `secure-noise=true` draws a fresh OS-entropy key for every message (nothing stored:
     nothing to leak, nothing to reproduce)."""
     if policy.secret_dir:
-        return stored_secret(Path(policy.secret_dir))
+        with reading("its node secret"):
+            return stored_secret(Path(policy.secret_dir))
     if config.secure_noise:
         return secrets.token_bytes(SECRET_BYTES)
     return None
@@ -185,7 +217,10 @@ def open_lifetime_ledger(policy: SitePolicy, config: RunConfig) -> LifetimeLedge
     _private_site_folders(policy)  # before the fingerprint, which may fill the cache with raw data
     fingerprint = _fingerprint(config, site_client(policy, config))
     delta = policy.delta or config.delta
-    return LifetimeLedger(Path(policy.ledger_dir), fingerprint, delta, policy.lifetime_epsilon, Path(policy.secret_dir))
+    with reading("its lifetime ledger"):
+        return LifetimeLedger(
+            Path(policy.ledger_dir), fingerprint, delta, policy.lifetime_epsilon, Path(policy.secret_dir)
+        )
 
 
 def data_fingerprint(*tensors: Any) -> str:

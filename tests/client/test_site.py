@@ -210,8 +210,8 @@ def test_a_site_tells_the_coordinator_neither_its_paths_nor_its_exact_counts(
     path = tmp_path / "private" / "site.npz"
     reply = train(context({"data-file": str(path), "secret-dir": str(tmp_path / "secret")}))
     assert reply.has_error() and reply.error.code == SETUP_FAILED
-    assert str(tmp_path) not in reply.error.reason and "data-file <data-file>" in reply.error.reason
-    assert str(path) in capfd.readouterr().err  # the site's own log has the whole line
+    assert str(tmp_path) not in reply.error.reason and "its data could not be read (ValueError)" in reply.error.reason
+    assert f"data-file {path}: file not found" in capfd.readouterr().err  # the site's own log has the whole line
     small = site_file(tmp_path, "small.npz", examples=5)
     reply = train(context({"data-file": str(small), "secret-dir": str(tmp_path / "secret")}, {"batch-size": 8}))
     assert reply.has_error() and reply.error.code == SETUP_FAILED
@@ -287,3 +287,81 @@ def test_bad_ledger_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     corrupt = train(context(node, run_id=3))
     assert corrupt.has_error() and corrupt.error.code == SETUP_FAILED
     assert f"ledger file {ledger_file} is corrupt" in corrupt.error.reason
+
+
+def leaks(secret: bytes, text: str) -> list[str]:
+    """Every 4-byte window of `secret` found in `text`, in hex (either case) or raw: what a reply gives away."""
+    hexed, lower = secret.hex(), text.lower()
+    raw = text.encode("utf-8", "surrogateescape")
+    windows = [hexed[i : i + 8] for i in range(0, len(hexed) - 7, 2)]
+    return [w for w in windows if w in lower] + [secret[i : i + 4].hex() for i in range(len(secret) - 3)
+                                                  if secret[i : i + 4] in raw]
+
+
+def received(reply) -> str:
+    """Everything a reply carries to the coordinator, as text: the error reason, or every record's values."""
+    if reply.has_error():
+        return reply.error.reason
+    return repr({key: dict(record) for key, record in reply.content.metric_records.items()}) + repr(
+        {key: dict(record) for key, record in reply.content.config_records.items()})
+
+
+@pytest.mark.parametrize(
+    ("key", "run"),
+    [
+        ("site-file", {"partitioner": "natural", "site-file": "SECRET"}),
+        ("data-path", {"dataset": "npz", "data-path": "SECRET"}),
+        ("data-root", {"data-root": "SECRET_DIR", "dataset": "mnist-idx"}),
+    ],
+)
+def test_a_site_opens_no_path_the_coordinator_names_and_sends_no_byte_of_its_secret(
+    tmp_path: Path, on_a_supernode: None, capfd: pytest.CaptureFixture[str], key: str, run: dict
+) -> None:
+    """Issue 29 item 2: `partitioner='natural' site-file='<secret-dir>/node-secret'` made the site's error
+    reason quote the secret. Every run-config key naming a path a client opens is the site's own (its node
+    config): the site refuses it by policy, naming the key, before it opens anything."""
+    secret_dir = tmp_path / "secret"
+    node = {"secret-dir": str(secret_dir), "ledger-dir": str(tmp_path / "ledgers"), "lifetime-epsilon": 3.0}
+    secret = node_secret(SitePolicy.from_node_config({"partition-id": 0, "num-partitions": 2} | node), RunConfig())
+    assert secret is not None
+    named = {"SECRET": str(secret_dir / "node-secret"), "SECRET_DIR": str(secret_dir)}
+    asked = {name: named.get(value, value) for name, value in run.items()}
+    ledger_csv_like = []
+    for message_type in ("train", "evaluate"):
+        ctx = context(node, asked)
+        handler = client_app.train if message_type == "train" else client_app.evaluate_locally
+        reply = handler(train_message(arrays(context(node)), 1, message_type), ctx)
+        assert reply.has_error() and reply.error.code == POLICY_REFUSED, received(reply)
+        assert f"the run config sets {key}" in reply.error.reason and "node config" in reply.error.reason
+        ledger_csv_like.append(received(reply))
+    assert not leaks(secret, " ".join(ledger_csv_like))
+    assert not list((tmp_path / "ledgers").glob("ledger-*.json"))  # refused before anything was opened
+    capfd.readouterr()
+
+
+def test_a_site_writes_nothing_where_the_coordinator_points(tmp_path: Path, on_a_supernode: None) -> None:
+    """The train message's run folder (RUN_DIR_KEY) is the coordinator's: a site keeps its ledger in its
+    own ledger-dir (or its state), never in a folder the message names."""
+    ctx = context({"secret-dir": str(tmp_path / "secret")})
+    msg = train_message(arrays(ctx), 1)
+    msg.content["config"]["run-dir"] = str(tmp_path / "coordinator-chose-this")
+    reply = client_app.train(msg, ctx)
+    assert not reply.has_error(), received(reply)
+    assert not (tmp_path / "coordinator-chose-this").exists()
+
+
+def test_a_site_sends_no_text_derived_from_its_files_contents(
+    tmp_path: Path, on_a_supernode: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed data file: the coordinator reads what failed and the exception's type, never a value read
+    from the file (here a label); the site's own log has the whole line."""
+    path = tmp_path / "site.npz"
+    labels = np.full((20, 1), 123456789, np.int64)
+    np.savez(path, train_images=np.zeros((20, 8, 8), np.uint8), train_labels=labels,
+             test_images=np.zeros((4, 8, 8), np.uint8), test_labels=labels[:4])
+    node = {"data-file": str(path), "secret-dir": str(tmp_path / "secret")}
+    reply = train(context(node))
+    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert "123456789" not in reply.error.reason and "(ValueError)" in reply.error.reason
+    assert "its data" in reply.error.reason
+    assert "123456789" in capfd.readouterr().err
