@@ -198,6 +198,7 @@ def sites_for(args: argparse.Namespace) -> list[Site]:
             "lifetime-epsilon": lifetimes[site_id],
             "ledger-dir": str(folder / "ledgers"),
             "secret-dir": str(folder / "secret"),
+            "witness-dir": str(args.workdir.resolve() / "witness" / f"site-{site_id}"),
             "cache-dir": str(folder / "cache"),
         }
         if files:

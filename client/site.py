@@ -24,17 +24,18 @@ from typing import Any
 
 from client.lifetime_ledger import LifetimeLedger
 from client.locked_json import private_folder
-from client.round import Client, shard_of
+from client.round import Client
 from client.secret_store import SECRET_BYTES, stored_secret
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import SUMMARY_MARK, reading
+from dirichlet_fl.site_file import pool_fingerprint
 from privacy.checks import check_in_open_interval, check_integer, check_positive
 from privacy.registry import MECHANISMS
 
 NODE_KEYS = (
     "partition-id", "num-partitions", "data-file", "data-root", "target-epsilon", "max-target-epsilon",
-    "lifetime-epsilon", "delta", "alpha", "allowed-mechanisms", "ledger-dir", "secret-dir", "insecure-noise",
-    "cache-dir", "aggregation-weight",
+    "lifetime-epsilon", "delta", "alpha", "allowed-mechanisms", "ledger-dir", "secret-dir", "witness-dir",
+    "insecure-noise", "cache-dir", "aggregation-weight",
 )  # fmt: skip
 """Every node-config key a site may set (docs/consortium.md's node-config table)."""
 SITE_MECHANISMS = ("dirichlet", "dpsgd")
@@ -42,7 +43,7 @@ SITE_MECHANISMS = ("dirichlet", "dpsgd")
 DEFAULT_SITE_DELTA = 1e-5
 """A site's `delta` on the Deployment Engine unless it sets its own (the app's default run delta)."""
 _DEFAULT_RUN_CONFIG = RunConfig().to_run_config()
-SITE_PATH_KEYS = ("data-file", "data-root", "ledger-dir", "secret-dir", "cache-dir")
+SITE_PATH_KEYS = ("data-file", "data-root", "ledger-dir", "secret-dir", "witness-dir", "cache-dir")
 RUN_PATH_KEYS = ("data-root", "data-path", "site-file")
 """The run-config keys that name a path a client opens. At a site those paths are the site's own (its node
 config): a run config that sets one is refused, so that a site never opens a file the coordinator chose."""
@@ -70,6 +71,7 @@ class SitePolicy:
     allowed_mechanisms: tuple[str, ...] | None = None
     ledger_dir: str = ""
     secret_dir: str = ""
+    witness_dir: str = ""
     insecure_noise: bool = False
     cache_dir: str = ""
     aggregation_weight: float | None = None
@@ -105,6 +107,7 @@ class SitePolicy:
             allowed_mechanisms=None if mechanisms is None else _mechanisms(mechanisms),
             ledger_dir=str(node_config.get("ledger-dir", "")),
             secret_dir=str(node_config.get("secret-dir", node_config.get("ledger-dir", ""))),
+            witness_dir=str(node_config.get("witness-dir", "")),
             insecure_noise=_flag("insecure-noise", node_config.get("insecure-noise", False)),
             cache_dir=str(node_config.get("cache-dir", "")),
             aggregation_weight=positive("aggregation-weight"),
@@ -170,7 +173,7 @@ class SitePolicy:
 
     def paths(self) -> dict[str, str]:
         """The site's own paths by node-config key (those it set)."""
-        values = (self.data_file, self.data_root, self.ledger_dir, self.secret_dir, self.cache_dir)
+        values = (self.data_file, self.data_root, self.ledger_dir, self.secret_dir, self.witness_dir, self.cache_dir)
         return {key: value for key, value in zip(SITE_PATH_KEYS, values) if value}
 
 
@@ -212,37 +215,39 @@ def node_secret(policy: SitePolicy, config: RunConfig) -> bytes | None:
 
 
 def open_lifetime_ledger(policy: SitePolicy, config: RunConfig) -> LifetimeLedger:
-    """The site's lifetime ledger for the data it trains on (policy.ledger_dir must be set); the pilot
-    opens it the same way before it starts anything. Raises ValueError naming a bad ledger file."""
-    _private_site_folders(policy)  # before the fingerprint, which may fill the cache with raw data
-    fingerprint = _fingerprint(config, site_client(policy, config))
+    """The site's lifetime ledger for its data pool (policy.ledger_dir must be set); the pilot opens it the
+    same way before it starts anything. Raises ValueError naming a bad ledger file."""
+    _private_site_folders(policy)
+    pool = data_pool(policy)
     delta = policy.delta or config.delta
+    witness = Path(policy.witness_dir) if policy.witness_dir else None
     with reading("its lifetime ledger"):
         return LifetimeLedger(
-            Path(policy.ledger_dir), fingerprint, delta, policy.lifetime_epsilon, Path(policy.secret_dir)
+            Path(policy.ledger_dir), pool, delta, policy.lifetime_epsilon, Path(policy.secret_dir), witness
         )
 
 
-def data_fingerprint(*tensors: Any) -> str:
-    """SHA-256 over the training tensors' dtypes, shapes and bytes: the identity of a site's data."""
-    digest = hashlib.sha256()
-    for tensor in tensors:
-        array = tensor.detach().cpu().contiguous().numpy()
-        digest.update(f"{array.dtype}{array.shape}".encode())
-        digest.update(array.tobytes())
-    return digest.hexdigest()
+PARTITION_POOL = hashlib.sha256(b"dirichlet-fl/pool/partitions-of-public-data").hexdigest()
+"""The data pool of a site without a data file: every partition of a public data set it is ever handed,
+whatever the run config's data set, seed, partitioner, beta or validation fraction, is one pool."""
 
 
-def _fingerprint(config: RunConfig, client: Client) -> str:
-    """The fingerprint of this client's training data, computed once per process and data."""
-    key = (client.data_file, config.split_spec(client.num_partitions), client.partition_id)
-    if key not in _FINGERPRINTS:
-        shard = shard_of(config, client)
-        _FINGERPRINTS[key] = data_fingerprint(shard.train_x, shard.train_y)
-    return _FINGERPRINTS[key]
+def data_pool(policy: SitePolicy) -> str:
+    """The fingerprint of the site's data pool, which keys its lifetime ledger: its data file's examples as a
+    multiset (dirichlet_fl.site_file.pool_fingerprint: their order does not count), else PARTITION_POOL.
+    Nothing in it comes from the run config: the coordinator cannot open a fresh ledger."""
+    if not policy.data_file:
+        return PARTITION_POOL
+    path = Path(policy.data_file)
+    stat = path.stat() if path.is_file() else None
+    key = (policy.data_file, stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
+    if key not in _POOLS:
+        with reading("its data"):
+            _POOLS[key] = pool_fingerprint(path)
+    return _POOLS[key]
 
 
-_FINGERPRINTS: dict[tuple[object, ...], str] = {}
+_POOLS: dict[tuple[str, int, int], str] = {}
 
 
 def protect_site_files(policy: SitePolicy) -> None:
@@ -257,7 +262,7 @@ def protect_site_files(policy: SitePolicy) -> None:
 
 def _private_site_folders(policy: SitePolicy) -> None:
     """The site's folders, created 0700 (missing parents too) and made 0700 if they exist."""
-    for folder in (policy.secret_dir, policy.ledger_dir, policy.cache_dir):
+    for folder in (policy.secret_dir, policy.ledger_dir, policy.witness_dir, policy.cache_dir):
         if folder:
             private_folder(Path(folder))
             os.chmod(folder, 0o700)

@@ -16,7 +16,7 @@ from flwr.common.config import get_fused_config_from_dir
 
 import client.client_app as client_app
 from client.lifetime_ledger import LifetimeLedger
-from client.site import SitePolicy, node_secret, public_reason
+from client.site import SitePolicy, node_secret, open_lifetime_ledger, public_reason
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import load_dataset
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, POLICY_REFUSED, SETUP_FAILED
@@ -281,8 +281,11 @@ def test_bad_ledger_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     stored = json.loads(ledger_file.read_text())
     other = tmp_path / "other"
     LifetimeLedger(other, "f" * 64, 1e-5, None, tmp_path).commit("1", stored["runs"]["1"]["state"])
+    [written] = other.glob("ledger-*.json")
+    moved = LifetimeLedger(other, "0" * 64, 1e-5, None, tmp_path).store.path  # another pool's file name
+    written.rename(moved)
     with pytest.raises(ValueError, match="belongs to another data set"):
-        LifetimeLedger(other, "f" * 16 + "0" * 48, 1e-5, None, tmp_path)
+        LifetimeLedger(other, "0" * 64, 1e-5, None, tmp_path)
     ledger_file.write_text("{broken")
     corrupt = train(context(node, run_id=3))
     assert corrupt.has_error() and corrupt.error.code == SETUP_FAILED
@@ -365,3 +368,46 @@ def test_a_site_sends_no_text_derived_from_its_files_contents(
     assert "123456789" not in reply.error.reason and "(ValueError)" in reply.error.reason
     assert "its data" in reply.error.reason
     assert "123456789" in capfd.readouterr().err
+
+
+def test_the_coordinator_cannot_reset_a_sites_lifetime_ledger(tmp_path: Path, on_a_supernode: None) -> None:
+    """Issue 29 item 3: seed, partitioner, beta and validation-fraction reached the fingerprint that keyed the
+    ledger, so a second run with `seed=7` started a fresh one. The key is the site's own: its node secret and
+    its data pool (a partition site's: every partition it is handed), nothing the run config sets."""
+    node = {"ledger-dir": str(tmp_path / "ledgers"), "secret-dir": str(tmp_path / "secret"), "lifetime-epsilon": 3.0}
+    assert not train(context(node, run_id=1)).has_error()
+    [ledger_file] = (tmp_path / "ledgers").glob("ledger-*.json")
+    policy = SitePolicy.from_node_config({"partition-id": 0, "num-partitions": 2} | node, deployment=True)
+    for run in ({"seed": 7}, {"partitioner": "dirichlet", "beta": 0.1}, {"partitioner": "pathological"},
+                {"validation-fraction": 0.2}):
+        ledger = open_lifetime_ledger(policy, RunConfig.from_run_config(context(node, run).run_config))
+        assert (ledger.store.path, len(ledger.runs)) == (ledger_file, 1), run
+    assert not train(context(node, {"seed": 7}, run_id=2)).has_error()
+    assert list((tmp_path / "ledgers").glob("ledger-*.json")) == [ledger_file]
+    assert list(json.loads(ledger_file.read_text())["runs"]) == ["1", "2"]
+
+
+def test_a_data_file_re_exported_in_another_order_keeps_its_ledger(tmp_path: Path) -> None:
+    """The same examples in another order (and the test split reversed) are the same people: the same ledger.
+    One example fewer is another pool."""
+    data = load_dataset("digits")
+    chosen = np.random.default_rng(0).choice(len(data.train_y), 150, replace=False)
+    first = write_site_file(tmp_path / "a.npz", data, chosen, np.arange(50))
+    shuffled = write_site_file(tmp_path / "b.npz", data, chosen[::-1].copy(), np.arange(50)[::-1].copy())
+    fewer = write_site_file(tmp_path / "c.npz", data, chosen[1:], np.arange(50))
+    node = {"ledger-dir": str(tmp_path / "ledgers"), "partition-id": 0, "num-partitions": 2}
+    config = RunConfig.from_run_config(context({}).run_config)
+
+    def ledger_of(path: Path) -> LifetimeLedger:
+        return open_lifetime_ledger(SitePolicy.from_node_config(node | {"data-file": str(path)}), config)
+
+    ledger_of(first).commit("1", after_steps(ledger_of(first), 3))
+    assert len(ledger_of(shuffled).runs) == 1 and ledger_of(shuffled).store.path == ledger_of(first).store.path
+    assert ledger_of(fewer).store.path != ledger_of(first).store.path
+
+
+def after_steps(ledger: LifetimeLedger, steps: int) -> dict[str, Any]:
+    from privacy.mechanisms import MechanismSpec
+    from privacy.registry import build_mechanism
+
+    return build_mechanism(MechanismSpec("dirichlet", 1.0, ledger.delta, 0.05, 200)).after(steps).state_dict()
