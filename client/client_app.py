@@ -129,15 +129,18 @@ def _run_nonce(context: Context, node_ledger_nonce: str | None) -> str:
 
 
 def _node(policy: SitePolicy, config: RunConfig, context: Context) -> tuple[NodeResources, str]:
-    """The node's noise key and lifetime ledger (when its node config names their folders), and the run's
-    nonce: a stored secret keys each run's noise by HMAC(secret, nonce), so runs never share noise."""
+    """The node's noise key and lifetime ledger (when its node config names their folders), its count
+    rounding and, at a site that did not opt out of secret noise, the CSPRNG; and the run's nonce: a stored
+    secret keys each run's noise by HMAC(secret, nonce), so runs never share noise."""
     lifetime_ledger = open_lifetime_ledger(policy, config) if policy.ledger_dir else None
     run_key = str(context.run_id)
     nonce = _run_nonce(context, None if lifetime_ledger is None else lifetime_ledger.nonce(run_key))
     secret = node_secret(policy, config)
     if secret is not None and policy.secret_dir:
         secret = run_noise_key(secret, nonce)
-    return NodeResources(secret, lifetime_ledger, run_key, policy.aggregation_weight), nonce
+    secure_rng = policy.deployment and not policy.insecure_noise
+    node = NodeResources(secret, lifetime_ledger, run_key, policy.aggregation_weight, policy.count_rounding, secure_rng)
+    return node, nonce
 
 
 def run_state_file(msg: Message, partition_id: int) -> RunStateFile | None:
@@ -159,6 +162,8 @@ class _Durable:
     nonce: str
     server_round: int
     progress: RoundProgress | None = None
+    eps_applies: bool = True
+    """False under allow-batch-norm: the lifetime ledger then records the run as covered by no eps."""
 
     def saved(self, context: Context) -> dict[str, Any] | None:
         """The client's ledger for this run (an interrupted round replaced by what it ran)."""
@@ -174,7 +179,9 @@ class _Durable:
         """Record the round's plan before its first step; returns the round's progress recorder."""
         lifetime = self.node.lifetime_ledger
         if lifetime is not None:
-            self.progress = lifetime.reserve(self.node.run_key, done, planned, self.server_round, self.nonce)
+            self.progress = lifetime.reserve(
+                self.node.run_key, done, planned, self.server_round, self.nonce, self.eps_applies
+            )
         elif self.run_file is not None:
             self.progress = self.run_file.reserve(done, planned, self.server_round)
         return self.progress
@@ -185,7 +192,7 @@ class _Durable:
             return
         try:
             if self.node.lifetime_ledger is not None:
-                self.node.lifetime_ledger.commit(self.node.run_key, state)
+                self.node.lifetime_ledger.commit(self.node.run_key, state, self.eps_applies)
             elif self.run_file is not None:
                 self.run_file.commit(state, self.server_round)
         except BaseException:
@@ -245,7 +252,7 @@ def train(msg: Message, context: Context) -> Message:
         server_round = int(number(msg.content, "config", "server-round"))
         # a site keeps its ledger in its own ledger-dir (or its state), never in a folder the message names
         run_file = None if node.lifetime_ledger is not None or site else run_state_file(msg, client.partition_id)
-        durable = _Durable(node, run_file, nonce, server_round)
+        durable = _Durable(node, run_file, nonce, server_round, eps_applies=not config.allow_batch_norm)
         virtual = virtual_client(msg) is not None
         if virtual and durable.run_file is None:
             raise ValueError(f"client {client.partition_id}: a virtual client keeps its ledger in the run folder, "
@@ -295,7 +302,7 @@ def evaluate_locally(msg: Message, context: Context) -> Message:
         if (refusal := policy.path_refusal(config)) is not None:
             return _failure(msg, POLICY_REFUSED, f"client {policy.partition_id}: {refusal}", policy, site)
         config = policy.site_config(config)
-        node = NodeResources(aggregation_weight=policy.aggregation_weight)
+        node = NodeResources(aggregation_weight=policy.aggregation_weight, count_rounding=policy.count_rounding)
         weights = arrays_of(msg.content).to_torch_state_dict()
     except Exception as error:
         return _setup_failure(msg, error, policy, site)

@@ -87,9 +87,8 @@ class LifetimeLedger:
         path = self.store.path
         stored = self.store.load()
         if stored is None:
-            self._check(None, None)
-            if all(record.record(self.key) is None for record in self.records):
-                self.runs, self.migrated = self._migrate()
+            self._check(None, None)  # raises when the node (or its witness) ever wrote this ledger
+            self.runs, self.migrated = self._migrate()
             return []
         try:
             if stored.get("schema") != LEDGER_SCHEMA:
@@ -196,21 +195,30 @@ class LifetimeLedger:
         return None if entry is None or entry.get("nonce") is None else str(entry["nonce"])
 
     def spent(self, extra: list[dict[str, Any]] | None = None, without: str | None = None) -> float:
-        """Lifetime eps at the ledger's delta of every run (one run replaced by `extra` if given)."""
-        states = [entry["state"] for key, entry in self.runs.items() if key != without] + (extra or [])
-        return lifetime_epsilon(states, self.delta)
+        """Lifetime eps at the ledger's delta of every run (one run replaced by `extra` if given); infinite once
+        a run that no eps covers (eps_applies false: allow-batch-norm) is recorded."""
+        entries = [entry for key, entry in self.runs.items() if key != without]
+        composed = lifetime_epsilon([entry["state"] for entry in entries] + (extra or []), self.delta)
+        return math.inf if any(entry.get("eps_applies") is False for entry in entries) else composed
 
     def allows(self, run_key: str, planned: dict[str, Any]) -> bool:
         """Whether this run's state `planned` keeps the lifetime spend within lifetime-epsilon."""
         return self.lifetime is None or self.spent([planned], without=run_key) <= self.lifetime
 
     def reserve(
-        self, run_key: str, done: dict[str, Any], planned: dict[str, Any], server_round: int, nonce: str
+        self,
+        run_key: str,
+        done: dict[str, Any],
+        planned: dict[str, Any],
+        server_round: int,
+        nonce: str,
+        eps_applies: bool = True,
     ) -> RoundProgress:
         """The write-ahead of a round, from `done` to `planned`: re-checked against the lifetime budget on
         the file as it is now (other runs may have trained since this one opened it) and recorded in
-        one locked step. Returns the round's progress (call it before each step; finish() after commit).
-        Raises LifetimeBudgetSpent when the round no longer fits; nothing is written then."""
+        one locked step (`eps_applies` False: a run no eps covers). Returns the round's progress (call it
+        before each step; finish() after commit). Raises LifetimeBudgetSpent when the round no longer fits;
+        nothing is written then."""
         progress = RoundProgress.start(self.store.path.parent, self.store.path.name)
         try:
             with self.store.locked():
@@ -221,17 +229,23 @@ class LifetimeLedger:
                         f"delta={self.delta:g}; another run at this site trained meanwhile)"
                     )
                 flight = {"round": server_round, "done": done, "progress": progress.path.name}
-                self.runs[run_key] = {"state": planned, "complete": False, "nonce": nonce, "in_flight": flight}
+                self.runs[run_key] = {"state": planned, "complete": False, "nonce": nonce, "in_flight": flight,
+                                      **_not_covered(eps_applies)}
                 self._write(stale)
         except BaseException:
             progress.finish()
             raise
         return progress
 
-    def commit(self, run_key: str, state: dict[str, Any]) -> None:
+    def commit(self, run_key: str, state: dict[str, Any], eps_applies: bool = True) -> None:
         """Record run `run_key`'s exact state after its round, in one locked read-compose-write."""
         with self.store.locked():
             stale = self._read()
             nonce = self.nonce(run_key)
-            self.runs[run_key] = {"state": state, "complete": True, "nonce": nonce}
+            self.runs[run_key] = {"state": state, "complete": True, "nonce": nonce, **_not_covered(eps_applies)}
             self._write(stale)
+
+
+def _not_covered(eps_applies: bool) -> dict[str, bool]:
+    """The entry field of a run no eps covers (allow-batch-norm): the lifetime eps is infinite from then on."""
+    return {} if eps_applies else {"eps_applies": False}

@@ -84,6 +84,11 @@ class NodeResources:
     lifetime_ledger: LifetimeLedger | None = None
     run_key: str = ""
     aggregation_weight: float | None = None
+    count_rounding: int = 1
+    """A site's `count-rounding`: it samples, accounts and reports as if it held its example count rounded down
+    to a multiple of this (`counted_examples`), so that nothing it sends reveals the exact count; 1: exact."""
+    secure_rng: bool = False
+    """The node draws its privacy randomness from the OS's CSPRNG whatever the run config says (a site)."""
 
 
 @dataclass
@@ -170,11 +175,29 @@ def accountant_summary(config: RunConfig, client: Client, mechanism: Mechanism) 
     }
 
 
+def counted_examples(num_examples: int, node: NodeResources, label: str) -> int:
+    """The example count a client's mechanism is built from: the exact one, or at a site its count rounded
+    down to a multiple of its count-rounding. Sampling each example with q = batch-size / that count (a
+    little above batch-size / n) is accounted exactly, and q, the steps (local-epochs / q), r, eps and the
+    weight then follow from the rounded count alone. ValueError when the site holds fewer than count-rounding."""
+    rounding = node.count_rounding
+    if rounding <= 1:
+        return num_examples
+    if num_examples < rounding:
+        raise ValueError(f"{label} has {num_examples} examples, fewer than its count-rounding={rounding} "
+                         "(node config): it reports no count finer than that, so it does not train")
+    return num_examples // rounding * rounding
+
+
 def reported_weight(num_examples: int, node: NodeResources) -> float:
-    """What the server weights this client's update by: the site's own aggregation-weight, else its
-    example count rounded to a multiple of WEIGHT_ROUNDING (the exact count is not sent)."""
+    """What the server weights this client's update by: the site's own aggregation-weight, else at a site its
+    count rounded down to its count-rounding (the count it trains as), else its example count rounded to
+    a multiple of WEIGHT_ROUNDING (the exact count is not sent)."""
     if node.aggregation_weight is not None:
         return node.aggregation_weight
+    rounding = node.count_rounding
+    if rounding > 1:
+        return float(max(rounding, num_examples // rounding * rounding))
     return float(max(WEIGHT_ROUNDING, WEIGHT_ROUNDING * round(num_examples / WEIGHT_ROUNDING)))
 
 
@@ -199,7 +222,7 @@ def train_round(
     label = f"client {client.partition_id}"
     try:
         shard, data = client_data(config, client)
-        mechanism = _mechanism(config, client, saved, shard.num_examples, node)
+        mechanism = _mechanism(config, client, saved, counted_examples(shard.num_examples, node, label), node)
     except LifetimeBudgetSpent as error:
         return RoundOutcome(None, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", None))
     except UnreadableFile as error:
@@ -231,7 +254,7 @@ def train_round(
         generator = client_generator(
             config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce
         )
-        privacy_rng = SecureRandom() if config.secure_rng else None
+        privacy_rng = SecureRandom() if config.secure_rng or node.secure_rng else None
         batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng)
         mean_loss = train_locally(wrapped, optimizer, mechanism, batches, steps, on_step=progress)
     except LifetimeBudgetSpent as error:  # write_ahead's locked re-check: another run at the site trained meanwhile
@@ -249,7 +272,7 @@ def train_round(
         "learning-rate": learning_rate,
         "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
         "node-secret": int(node.secret is not None),
-        "secure-rng": int(config.secure_rng),
+        "secure-rng": int(config.secure_rng or node.secure_rng),
     }
     if mechanism.name != "dpsgd":  # DP-SGD's loss is of the un-noised batch: its eps does not cover it
         metrics["train-loss"] = mean_loss if math.isfinite(mean_loss) else 0.0

@@ -24,7 +24,7 @@ from typing import Any
 
 from client.lifetime_ledger import LifetimeLedger
 from client.locked_json import private_folder
-from client.round import Client
+from client.round import WEIGHT_ROUNDING, Client
 from client.secret_store import SECRET_BYTES, stored_secret
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import SUMMARY_MARK, reading
@@ -34,14 +34,16 @@ from privacy.registry import MECHANISMS
 
 NODE_KEYS = (
     "partition-id", "num-partitions", "data-file", "data-root", "target-epsilon", "max-target-epsilon",
-    "lifetime-epsilon", "delta", "alpha", "allowed-mechanisms", "ledger-dir", "secret-dir", "witness-dir",
-    "insecure-noise", "cache-dir", "aggregation-weight",
+    "lifetime-epsilon", "delta", "alpha", "allowed-mechanisms", "allow-batch-norm", "ledger-dir", "secret-dir",
+    "witness-dir", "insecure-noise", "cache-dir", "aggregation-weight", "count-rounding",
 )  # fmt: skip
 """Every node-config key a site may set (docs/consortium.md's node-config table)."""
 SITE_MECHANISMS = ("dirichlet", "dpsgd")
 """A site's `allowed-mechanisms` on the Deployment Engine unless it sets its own: the private ones."""
 DEFAULT_SITE_DELTA = 1e-5
 """A site's `delta` on the Deployment Engine unless it sets its own (the app's default run delta)."""
+DEFAULT_COUNT_ROUNDING = WEIGHT_ROUNDING
+"""A site's `count-rounding` on the Deployment Engine unless it sets its own (client/round.py:counted_examples)."""
 _DEFAULT_RUN_CONFIG = RunConfig().to_run_config()
 SITE_PATH_KEYS = ("data-file", "data-root", "ledger-dir", "secret-dir", "witness-dir", "cache-dir")
 RUN_PATH_KEYS = ("data-root", "data-path", "site-file")
@@ -69,12 +71,14 @@ class SitePolicy:
     delta: float | None = None
     alpha: float | None = None
     allowed_mechanisms: tuple[str, ...] | None = None
+    allow_batch_norm: bool = False
     ledger_dir: str = ""
     secret_dir: str = ""
     witness_dir: str = ""
     insecure_noise: bool = False
     cache_dir: str = ""
     aggregation_weight: float | None = None
+    count_rounding: int = 1
     deployment: bool = False
     """A site's policy (a SuperNode's node config), not a simulation's."""
 
@@ -105,12 +109,16 @@ class SitePolicy:
             delta=None if delta is None else check_in_open_interval("delta", delta, 0.0, 1.0),
             alpha=positive("alpha"),
             allowed_mechanisms=None if mechanisms is None else _mechanisms(mechanisms),
+            allow_batch_norm=_flag("allow-batch-norm", node_config.get("allow-batch-norm", False)),
             ledger_dir=str(node_config.get("ledger-dir", "")),
             secret_dir=str(node_config.get("secret-dir", node_config.get("ledger-dir", ""))),
             witness_dir=str(node_config.get("witness-dir", "")),
             insecure_noise=_flag("insecure-noise", node_config.get("insecure-noise", False)),
             cache_dir=str(node_config.get("cache-dir", "")),
             aggregation_weight=positive("aggregation-weight"),
+            count_rounding=check_integer(
+                "count-rounding", node_config.get("count-rounding", DEFAULT_COUNT_ROUNDING if deployment else 1), 1
+            ),
             deployment=deployment,
         )
         if policy.partition_id >= policy.num_partitions:
@@ -141,6 +149,11 @@ class SitePolicy:
             )
         if self.alpha is not None and config.alpha != self.alpha:
             return f"site policy: the run asks alpha={config.alpha:g}; this site trains with alpha={self.alpha:g} only"
+        if self.deployment and config.allow_batch_norm and not self.allow_batch_norm:
+            return (
+                "site policy: the run asks allow-batch-norm=true, under which no eps applies (BatchNorm mixes the "
+                "examples of a batch); this site does not allow it (node-config key allow-batch-norm)"
+            )
         if self.allowed_mechanisms is not None and config.mechanism not in self.allowed_mechanisms:
             return (
                 f"site policy: the run asks mechanism={config.mechanism!r}; this site trains with "

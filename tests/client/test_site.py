@@ -411,3 +411,48 @@ def after_steps(ledger: LifetimeLedger, steps: int) -> dict[str, Any]:
     from privacy.registry import build_mechanism
 
     return build_mechanism(MechanismSpec("dirichlet", 1.0, ledger.delta, 0.05, 200)).after(steps).state_dict()
+
+
+def test_a_site_refuses_batch_norm_unless_it_allows_it_and_then_records_no_eps(
+    tmp_path: Path, on_a_supernode: None
+) -> None:
+    """Issue 29 item 4: `allow-batch-norm=true` was accepted (the summary said the eps does not apply), and
+    the lifetime ledger counted the run as an ordinary one. Refused unless the site's node config allows it;
+    a site that does records the run's eps as not applying: its lifetime eps is infinite from then on."""
+    node = {"ledger-dir": str(tmp_path / "ledgers"), "secret-dir": str(tmp_path / "secret")}
+    reply = train(context(node, {"allow-batch-norm": True}))
+    assert reply.has_error() and reply.error.code == POLICY_REFUSED
+    assert "allow-batch-norm=true" in reply.error.reason and "(node-config key allow-batch-norm)" in reply.error.reason
+    assert not list((tmp_path / "ledgers").glob("ledger-*.json"))
+    allowed = train(context(node | {"allow-batch-norm": True}, {"allow-batch-norm": True}))
+    assert not allowed.has_error(), received(allowed)
+    [ledger_file] = (tmp_path / "ledgers").glob("ledger-*.json")
+    stored = json.loads(ledger_file.read_text())
+    assert stored["runs"]["1"]["eps_applies"] is False and stored["lifetime_epsilon_spent"] is None
+
+
+def test_what_a_site_reports_follows_from_its_rounded_example_count(tmp_path: Path, on_a_supernode: None) -> None:
+    """Issue 29 item 4: with `batch-size=1 local-epochs=1` the steps a site reported were its exact example
+    count. A site samples at batch-size / (its count rounded down to its count-rounding, 10 by default), so
+    every number it sends (steps, q, r, eps, weight) is the same for 151 and 159 examples."""
+    data = load_dataset("digits")
+    order = np.random.default_rng(1).permutation(len(data.train_y))
+    reported = []
+    for examples in (151, 159):
+        path = write_site_file(tmp_path / f"site-{examples}.npz", data, order[:examples], np.arange(40))
+        node = {"data-file": str(path), "secret-dir": str(tmp_path / "secret")}
+        reply = train(context(node, {"batch-size": 1, "local-epochs": 1.0, "local-steps": 0}))
+        assert not reply.has_error(), received(reply)
+        metrics = dict(reply.content["metrics"])
+        reported.append({key: value for key, value in metrics.items() if key not in ("train-loss",)})
+    assert reported[0] == reported[1]
+    assert reported[0]["steps"] == 150 and reported[0]["num-examples"] == 150
+
+
+def test_a_site_draws_its_privacy_randomness_from_the_csprng_by_default(tmp_path: Path, on_a_supernode: None) -> None:
+    """Issue 29 item 4: `secure-rng` was off unless the coordinator turned it on. At a site the OS's CSPRNG is
+    the default whatever the run config says; `insecure-noise=true` (the site's own opt-out) keeps the seed."""
+    metrics = train(context({"secret-dir": str(tmp_path)}, {"secure-rng": False})).content["metrics"]
+    assert metrics["secure-rng"] == 1 and metrics["node-secret"] == 1
+    opted_out = train(context({"insecure-noise": True})).content["metrics"]
+    assert opted_out["secure-rng"] == 0
