@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
 from dirichlet_fl.data import load_dataset
 from tests.cli.test_pilot import processes_mentioning
+from tests.client.test_site_on_supernodes import pilot
+from tests.helpers import leaks
 
 TEST_BUDGET_S = 900  # a hang guard: three federations of one site and a refused call
 RUN = "local-steps=4 batch-size=8"
@@ -28,22 +29,6 @@ MAP = "site-map.csv"
 
 # hard_timeout: tests/conftest.py, with TEST_BUDGET_S
 pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
-
-
-def pilot(capsys: pytest.CaptureFixture[str], workdir: Path, run_config: str) -> tuple[int, dict, str]:
-    code = main(["pilot", "--sites", "1", "--rounds", "1", "--workdir", str(workdir), "--json",
-                 "--run-config", run_config])
-    captured = capsys.readouterr()
-    out = captured.out.strip()
-    return code, (json.loads(out) if out.startswith("{") else {}), captured.err
-
-
-def leaks(secret: bytes, text: str) -> list[str]:
-    """Every 4-byte window of `secret` found in `text`, in hex (either case) or raw."""
-    hexed, lower, raw = secret.hex(), text.lower(), text.encode("utf-8", "surrogateescape")
-    windows = [hexed[i : i + 8] for i in range(0, len(hexed) - 7, 2)]
-    return [w for w in windows if w in lower] + [secret[i : i + 4].hex() for i in range(len(secret) - 3)
-                                                  if secret[i : i + 4] in raw]
 
 
 def coordinator_holds(report: dict, workdir: Path) -> str:

@@ -24,7 +24,7 @@ from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.simulation import APP_DIR
 from dirichlet_fl.site_file import write_site_file
 from dirichlet_fl.split import federated_split
-from tests.helpers import set_task_identity, train_message
+from tests.helpers import leaks, set_task_identity, train_message
 
 RUN = {"num-server-rounds": 2, "local-steps": 4, "partitioner": "iid"}
 
@@ -290,15 +290,6 @@ def test_bad_ledger_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     corrupt = train(context(node, run_id=3))
     assert corrupt.has_error() and corrupt.error.code == SETUP_FAILED
     assert f"ledger file {ledger_file} is corrupt" in corrupt.error.reason
-
-
-def leaks(secret: bytes, text: str) -> list[str]:
-    """Every 4-byte window of `secret` found in `text`, in hex (either case) or raw: what a reply gives away."""
-    hexed, lower = secret.hex(), text.lower()
-    raw = text.encode("utf-8", "surrogateescape")
-    windows = [hexed[i : i + 8] for i in range(0, len(hexed) - 7, 2)]
-    return [w for w in windows if w in lower] + [secret[i : i + 4].hex() for i in range(len(secret) - 3)
-                                                  if secret[i : i + 4] in raw]
 
 
 def received(reply) -> str:
