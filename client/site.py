@@ -1,15 +1,16 @@
 """What a site (a SuperNode) decides for itself: its policy, its data's identity, what it discloses.
 
 The coordinator writes the run config, a site its node config, and the site's word wins: its
-`target-epsilon` (capped by `max-target-epsilon`), the largest `delta` it accepts, its one `alpha` and
-its `allowed-mechanisms`; a run asking for more is refused (POLICY_REFUSED), naming the key. On the
-Deployment Engine a site that sets none of them still gets safe defaults, and a node without
-`secret-dir` is refused unless it sets `insecure-noise=true`. `ledger-dir` holds its lifetime ledgers
-(client/lifetime_ledger.py), keyed by its data's fingerprint. Every path a site opens is its node
-config's: a run config naming one (RUN_PATH_KEYS) is refused. A failure reason sent to the coordinator
-names no site path, no exact example count and quotes no file. Every key: docs/configuration.md and docs/consortium.md.
+`target-epsilon` (capped by `max-target-epsilon`), the largest `delta` it accepts, its one `alpha`, its
+`allowed-mechanisms` and whether it allows `allow-batch-norm`; a run asking for more is refused
+(POLICY_REFUSED), naming the key. On the Deployment Engine a site that sets none of them still gets safe
+defaults (and its privacy draws come from the OS's CSPRNG), and a node without `secret-dir` is refused
+unless it sets `insecure-noise=true`. `ledger-dir` holds its lifetime ledgers (client/lifetime_ledger.py),
+keyed by its node secret and its data pool (`data_pool`), nothing the run config sets. Every path a site
+opens is its node config's: a run config naming one (RUN_PATH_KEYS) is refused. What a site sends names
+no site path, quotes no file, and follows from its example count rounded to its `count-rounding`.
+Every key: docs/configuration.md and docs/consortium.md.
 """
-
 from __future__ import annotations
 
 import hashlib
