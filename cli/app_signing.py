@@ -115,6 +115,27 @@ def sign_fab(fab: bytes, key: ReviewerKey, signed_at: int | None = None) -> Veri
     return Verification(key.key_id, encoded, when)
 
 
+def check_trusted_entities(path: Path) -> Path:
+    """`path` resolved if it is a usable ``--trusted-entities`` file: YAML mapping at least one key id to a
+    public key. Flower 1.42 verifies apps only when the mapping is non-empty (``if trusted_entities:``), so an
+    empty pin (``{}``, a careless "trust no keys") would run ANY app unverified: it is refused, loudly, and so
+    is a file Flower cannot read as a mapping. DeploymentError names the file and the fix."""
+    import yaml  # a dependency of flwr; only this check reads YAML
+
+    if not path.is_file():
+        raise DeploymentError(f"--trusted-entities: file not found: {path}")
+    try:
+        entities = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise DeploymentError(f"--trusted-entities {path} is unreadable ({type(error).__name__})") from None
+    if not isinstance(entities, dict) or not entities:
+        raise DeploymentError(
+            f"--trusted-entities {path} trusts no key: Flower would then run any app unverified; list the "
+            "reviewer's key ('<key id>: ssh-ed25519 ...'), or do not start this site (an empty pin refuses every app)"
+        )
+    return path.resolve()
+
+
 def write_trusted_entities(path: Path, keys: list[ReviewerKey]) -> Path:
     """A site's ``--trusted-entities`` YAML file: the reviewer keys whose signature it accepts (mode 0600)."""
     if not keys:

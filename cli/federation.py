@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from cli.app_signing import check_trusted_entities
 from cli.certificates import CertPaths, NodeKeys, make_certificates, make_node_keys
 from cli.fleet_gateway import FleetGateway
 from cli.processes import (
@@ -304,12 +305,9 @@ class Federation:
         self, handle_keys: NodeKeys, root: Path, port: int, config: str, trusted_entities: Path | None = None
     ) -> list[str]:
         """A SuperNode's command line: TLS root CA, auth private key, node config, Runtime port, and the
-        app signing keys it trusts (``--trusted-entities``: then it refuses any FAB they did not sign)."""
-        pin = (
-            ["--trusted-entities", str(require_file(trusted_entities, "--trusted-entities"))]
-            if trusted_entities
-            else []
-        )
+        app signing keys it trusts (``--trusted-entities``: then it refuses any FAB they did not sign; a pin
+        that trusts no key is refused, since Flower would then verify nothing)."""
+        pin = ["--trusted-entities", str(check_trusted_entities(trusted_entities))] if trusted_entities else []
         return [
             executable("flower-supernode"),
             "--superlink", self.fleet_address,

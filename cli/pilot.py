@@ -247,6 +247,7 @@ def sites_for(args: argparse.Namespace) -> list[Site]:
             "lifetime-epsilon": lifetime[site_id],
             "ledger-dir": str(folder / "ledgers"),
             "secret-dir": str(folder / "secret"),
+            "witness-dir": str(args.workdir.resolve() / "witness" / f"site-{site_id}"),
             "cache-dir": str(folder / "cache"),
         }
         if files:
@@ -314,6 +315,8 @@ def _next_run_name(workdir: Path) -> str:
 
 def lifetime_position(site: Site, config: RunConfig) -> dict[str, Any]:
     """A site's lifetime spending after the call, read from its ledger as its ClientApp reads it."""
+    from dirichlet_fl.protocol import NOISE_SECURE
+
     lifetime = lifetime_ledger_of(site, config)
     spent = lifetime.spent()
     return {
@@ -323,7 +326,7 @@ def lifetime_position(site: Site, config: RunConfig) -> dict[str, Any]:
         "lifetime_delta": lifetime.delta,
         "runs_in_ledger": len(lifetime.runs),
         "ledger_file": str(lifetime.store.path) if lifetime.store.path.is_file() else None,
-        "noise": "node secret",
+        "noise": NOISE_SECURE,  # a site's privacy draws: its OS's CSPRNG (client/site.py), the rest keyed by its secret
     }
 
 
@@ -475,11 +478,20 @@ def _deploy_and_run(
 def site_pin(workdir: Path, site_id: int, key: ReviewerKey) -> Path:
     """The site's --trusted-entities file, sites/site-<i>/trusted-entities.yaml: created with the pilot's
     reviewer key if absent, and otherwise left as the site wrote it (the site's pin wins: a key it does not
-    trust makes it refuse the app)."""
-    from cli.app_signing import write_trusted_entities
+    trust makes it refuse the app; a pin that trusts no key, `{}`, is refused before anything starts)."""
+    from cli.app_signing import check_trusted_entities, write_trusted_entities
 
     path = workdir / "sites" / f"site-{site_id}" / TRUSTED_ENTITIES
-    return path if path.is_file() else write_trusted_entities(path, [key])
+    return check_trusted_entities(path) if path.is_file() else write_trusted_entities(path, [key])
+
+
+def _unknown_status(outcome: RunOutcome) -> str:
+    """The call's Flower status when the SuperLink gave none back: timed out, or unknown (never "failed" with an
+    exit 0 beside it: the call then exits 1, and says why)."""
+    if outcome.timed_out:
+        return "timed out"
+    run = "the run" if outcome.run_id is None else f"run {outcome.run_id}"
+    return f"unknown (the SuperLink reported no status for {run}; flwr exit {outcome.returncode})"
 
 
 def _finish(
@@ -491,13 +503,28 @@ def _finish(
     run_dir: Path,
 ) -> int:
     """Judge the call from its own output and run folder, print the report, return the exit status."""
-    from cli.pilot_report import EXIT_NO_SITE_TRAINED, exit_status, print_report, run_ok, server_verdict, site_outcomes
+    from cli.pilot_report import (
+        EXIT_NO_SITE_TRAINED,
+        app_refusals,
+        exit_status,
+        print_report,
+        run_ok,
+        server_verdict,
+        site_outcomes,
+        with_app_refusals,
+    )
 
-    flower = outcome.status or ("timed out" if outcome.timed_out else f"failed (flwr exit {outcome.returncode})")
+    flower = outcome.status or _unknown_status(outcome)
+    ids = [site.site_id for site in sites]
     verdict = server_verdict(outcome.output)
+    outcomes, verdict = with_app_refusals(
+        site_outcomes(run_dir, ids, f"Flower: {flower}; server: {verdict.status or 'no status'} ({verdict.reason})"),
+        verdict,
+        app_refusals(outcome.log_path.parent, ids),
+    )
     why = f"Flower: {flower}; server: {verdict.status or 'no status'} ({verdict.reason})"
-    outcomes = site_outcomes(run_dir, [site.site_id for site in sites], why)
-    code = exit_status(run_ok(outcome.ok, verdict), outcomes)
+    # the SuperLink's own status must be known: a call that cannot read it back never reports success
+    code = exit_status(run_ok(outcome.ok and outcome.status is not None, verdict), outcomes)
     call = {"status": flower, "server_status": verdict.status, "server_reason": verdict.reason, "ok": code == 0,
             "exit_status": code, "seconds": round(outcome.duration_s, 1), "log": str(outcome.log_path)}  # fmt: skip
     result = report(call, run_dir, sites, config, outcomes)

@@ -38,7 +38,8 @@ class Verdict:
 
 @dataclass(frozen=True)
 class SiteOutcome:
-    """What a site did in this call: `trained`, `refused` or `failed`, and why, in one line."""
+    """What a site did in this call: `trained`, `lost` (it trained, then failed: its SuperNode died or went
+    away), `refused` or `failed`, and why, in one line."""
 
     status: str
     reason: str
@@ -76,8 +77,11 @@ def site_outcome(rows: list[dict[str, str]] | None, site_id: int, why_none: str)
     trained = [row for row in mine if row["status"] == "trained"]
     if trained:
         later = [row for row in mine if row["status"] != "trained" and int(row["round"]) > int(trained[-1]["round"])]
+        done = f"trained in {len(trained)} round(s)"
+        if later and later[0]["status"] == "failed":  # not its own refusal: it was lost mid-run
+            return SiteOutcome("lost", one_line(f"{done}; lost in round {later[0]['round']}: {later[0]['reason']}"))
         tail = f"; then {later[0]['status']} in round {later[0]['round']}: {later[0]['reason']}" if later else ""
-        return SiteOutcome("trained", one_line(f"trained in {len(trained)} round(s){tail}"))
+        return SiteOutcome("trained", one_line(f"{done}{tail}"))
     for status, matching in (("refused", _REFUSED), ("failed", ("failed", "excluded"))):
         first = next((row for row in mine if row["status"] in matching), None)
         if first is not None:
@@ -98,12 +102,52 @@ def run_ok(flower_ok: bool, verdict: Verdict) -> bool:
 
 
 def exit_status(ok: bool, outcomes: dict[int, SiteOutcome]) -> int:
-    """0 if the run ended well and a site trained, 1 if the run failed, 3 if it ended but no site trained."""
-    if not ok:
+    """0 if the run ended well and a site trained to its end, 1 if the run failed (or lost every site that
+    trained), 3 if it ended but no site trained."""
+    statuses = {outcome.status for outcome in outcomes.values()}
+    if not ok or ("lost" in statuses and "trained" not in statuses):
         return EXIT_RUN_FAILED
-    if not any(outcome.status == "trained" for outcome in outcomes.values()):
+    if "trained" not in statuses:
         return EXIT_NO_SITE_TRAINED
     return 0
+
+
+FAB_REFUSED = re.compile(r"FAB verification failed|The FAB could not be verified")
+"""What a pinned SuperNode logs when it refuses a run's app (flwr/supernode/start_client_internal.py)."""
+
+
+def app_refusals(log_dir: Path, site_ids: list[int]) -> dict[int, str]:
+    """The sites whose SuperNode refused this call's app (its log in `log_dir`, supernode-<i>.log), with why:
+    Flower replies only "The FAB could not be verified." to the ServerApp, which may then print no status."""
+    refusals = {}
+    for site_id in site_ids:
+        try:
+            text = (log_dir / f"supernode-{site_id}.log").read_text(errors="replace")
+        except OSError:
+            continue
+        match = FAB_REFUSED.search(text)
+        if match:
+            refusals[site_id] = (
+                f"refused the app: {match.group(0)} (the app's signer is not a key its trusted-entities.yaml "
+                f"trusts; its SuperNode log: {log_dir / f'supernode-{site_id}.log'})"
+            )
+    return refusals
+
+
+def with_app_refusals(
+    outcomes: dict[int, SiteOutcome], verdict: Verdict, refusals: dict[int, str]
+) -> tuple[dict[int, SiteOutcome], Verdict]:
+    """A site that refused the app and trained nothing is `refused` with that reason; the server's reason
+    names the first such site when the ServerApp printed no status line of its own."""
+    if not refusals:
+        return outcomes, verdict
+    outcomes = {site_id: SiteOutcome("refused", refusals[site_id])
+                if site_id in refusals and outcome.status != "trained" else outcome
+                for site_id, outcome in outcomes.items()}  # fmt: skip
+    if verdict.status is None:
+        site_id = min(refusals)
+        verdict = Verdict(None, f"{verdict.reason}; site {site_id} {refusals[site_id]}")
+    return outcomes, verdict
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:

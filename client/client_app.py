@@ -63,9 +63,11 @@ from dirichlet_fl.protocol import (
     RUN_DIR_KEY,
     SETUP_FAILED,
     TRAINING_FAILED,
+    UnreadableFile,
     arrays_of,
     code_fingerprint,
     error_reason,
+    failure_line,
     number,
     one_line,
 )
@@ -127,15 +129,18 @@ def _run_nonce(context: Context, node_ledger_nonce: str | None) -> str:
 
 
 def _node(policy: SitePolicy, config: RunConfig, context: Context) -> tuple[NodeResources, str]:
-    """The node's noise key and lifetime ledger (when its node config names their folders), and the run's
-    nonce: a stored secret keys each run's noise by HMAC(secret, nonce), so runs never share noise."""
+    """The node's noise key and lifetime ledger (when its node config names their folders), its count
+    rounding and, at a site that did not opt out of secret noise, the CSPRNG; and the run's nonce: a stored
+    secret keys each run's noise by HMAC(secret, nonce), so runs never share noise."""
     lifetime_ledger = open_lifetime_ledger(policy, config) if policy.ledger_dir else None
     run_key = str(context.run_id)
     nonce = _run_nonce(context, None if lifetime_ledger is None else lifetime_ledger.nonce(run_key))
     secret = node_secret(policy, config)
     if secret is not None and policy.secret_dir:
         secret = run_noise_key(secret, nonce)
-    return NodeResources(secret, lifetime_ledger, run_key, policy.aggregation_weight), nonce
+    secure_rng = policy.deployment and not policy.insecure_noise
+    node = NodeResources(secret, lifetime_ledger, run_key, policy.aggregation_weight, policy.count_rounding, secure_rng)
+    return node, nonce
 
 
 def run_state_file(msg: Message, partition_id: int) -> RunStateFile | None:
@@ -157,6 +162,8 @@ class _Durable:
     nonce: str
     server_round: int
     progress: RoundProgress | None = None
+    eps_applies: bool = True
+    """False under allow-batch-norm: the lifetime ledger then records the run as covered by no eps."""
 
     def saved(self, context: Context) -> dict[str, Any] | None:
         """The client's ledger for this run (an interrupted round replaced by what it ran)."""
@@ -172,7 +179,9 @@ class _Durable:
         """Record the round's plan before its first step; returns the round's progress recorder."""
         lifetime = self.node.lifetime_ledger
         if lifetime is not None:
-            self.progress = lifetime.reserve(self.node.run_key, done, planned, self.server_round, self.nonce)
+            self.progress = lifetime.reserve(
+                self.node.run_key, done, planned, self.server_round, self.nonce, self.eps_applies
+            )
         elif self.run_file is not None:
             self.progress = self.run_file.reserve(done, planned, self.server_round)
         return self.progress
@@ -183,7 +192,7 @@ class _Durable:
             return
         try:
             if self.node.lifetime_ledger is not None:
-                self.node.lifetime_ledger.commit(self.node.run_key, state)
+                self.node.lifetime_ledger.commit(self.node.run_key, state, self.eps_applies)
             elif self.run_file is not None:
                 self.run_file.commit(state, self.server_round)
         except BaseException:
@@ -192,12 +201,27 @@ class _Durable:
         self.progress.finish()
 
 
-def _failure(msg: Message, code: int, reason: str, policy: SitePolicy | None = None, site: bool = False) -> Message:
-    """An Error reply; a site logs the full reason and sends it without its paths or exact counts."""
+def _failure(
+    msg: Message, code: int, reason: str, policy: SitePolicy | None = None, site: bool = False, public: str = ""
+) -> Message:
+    """An Error reply; a site logs the full reason and sends its `public` form (the reason itself when empty:
+    a text of this app's that quotes no file), without its paths or exact counts."""
     if site:
         print(f"dirichlet-fl site: {reason}", file=sys.stderr, flush=True)
-        reason = public_reason(reason, policy)
+        reason = public_reason(public or reason, policy)
     return Message(Error(code, reason), reply_to=msg)
+
+
+def _setup_failure(msg: Message, error: Exception, policy: SitePolicy | None, site: bool) -> Message:
+    """SETUP_FAILED for a failure before training: a bad node config or run config is named as it is; a file
+    that could not be read, or anything unforeseen, reaches the coordinator as what failed and its type."""
+    if isinstance(error, UnreadableFile):
+        public = error.public
+    elif isinstance(error, ValueError):
+        public = ""
+    else:
+        public = f"setup failed ({type(error).__name__}); the site's own log has the details"
+    return _failure(msg, SETUP_FAILED, error_reason(failure_line(error), None), policy, site, public)
 
 
 def _shown(metrics: dict[str, Any], config: RunConfig, site: bool) -> dict[str, Any]:
@@ -223,25 +247,28 @@ def train(msg: Message, context: Context) -> Message:
         refusal = policy.refusal(config, config.target_epsilon_for(policy.partition_id, policy.num_partitions))
         if refusal is not None:  # before anything is opened: a refused request writes nothing
             return _failure(msg, POLICY_REFUSED, f"client {client.partition_id}: {refusal}", policy, site)
+        config = policy.site_config(config)
         node, nonce = _node(policy, config, context)
         server_round = int(number(msg.content, "config", "server-round"))
-        run_file = None if node.lifetime_ledger is not None else run_state_file(msg, client.partition_id)
-        durable = _Durable(node, run_file, nonce, server_round)
+        # a site keeps its ledger in its own ledger-dir (or its state), never in a folder the message names
+        run_file = None if node.lifetime_ledger is not None or site else run_state_file(msg, client.partition_id)
+        durable = _Durable(node, run_file, nonce, server_round, eps_applies=not config.allow_batch_norm)
         virtual = virtual_client(msg) is not None
         if virtual and durable.run_file is None:
             raise ValueError(f"client {client.partition_id}: a virtual client keeps its ledger in the run folder, "
                              f"but the message names none ({RUN_DIR_KEY})")
         saved = durable.saved(context)
         weights = arrays_of(msg.content).to_torch_state_dict()
-    except ValueError as error:  # a bad node config, data file or ledger file: named, never reset
-        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None), policy, site)
+    except Exception as error:  # a bad node config, data file or ledger file: named, never reset
+        return _setup_failure(msg, error, policy, site)
     try:
         outcome = train_round(config, client, saved, weights, server_round, durable.write_ahead, node)
     except Exception as error:  # anything unforeseen: one line; the ledger file already holds the steps
         if durable.progress is not None:
             durable.progress.abandon()  # its count replaces the plan for the next reader
         text = f"client {client.partition_id}: {one_line(error)}"
-        return _failure(msg, TRAINING_FAILED, error_reason(text, None), policy, site)
+        public = f"client {client.partition_id}: training failed ({type(error).__name__})"
+        return _failure(msg, TRAINING_FAILED, error_reason(text, None), policy, site, public)
     if outcome.mechanism is not None:  # saved before replying, error or not: the ledger must survive
         state = outcome.mechanism.state_dict()
         if not virtual:  # a virtual client's ledger is its file alone: the node serves other clients
@@ -250,10 +277,13 @@ def train(msg: Message, context: Context) -> Message:
             durable.commit(state)
         except (OSError, ValueError) as error:  # the write-ahead record (an over-statement) stays in place
             text = f"client {client.partition_id}: cannot save its ledger: {one_line(error)}"
+            public = f"client {client.partition_id}: cannot save its ledger ({type(error).__name__})"
             summary = accountant_summary(config, client, outcome.mechanism)
-            return _failure(msg, TRAINING_FAILED, error_reason(text, summary), policy, site)
+            return _failure(
+                msg, TRAINING_FAILED, error_reason(text, summary), policy, site, error_reason(public, summary)
+            )
     if outcome.error_code is not None or outcome.weights is None:
-        return _failure(msg, outcome.error_code or TRAINING_FAILED, outcome.reason, policy, site)
+        return _failure(msg, outcome.error_code or TRAINING_FAILED, outcome.reason, policy, site, outcome.public)
     metrics = MetricRecord(_shown(dict(outcome.metrics), config, site))
     content = RecordDict({"arrays": ArrayRecord(outcome.weights), "metrics": metrics})
     return Message(content=content, reply_to=msg)
@@ -269,11 +299,19 @@ def evaluate_locally(msg: Message, context: Context) -> Message:
     try:
         config = parse_run_config(context.run_config)
         policy, site = _site(context, msg, config)
-        node = NodeResources(aggregation_weight=policy.aggregation_weight)
+        if (refusal := policy.path_refusal(config)) is not None:
+            return _failure(msg, POLICY_REFUSED, f"client {policy.partition_id}: {refusal}", policy, site)
+        config = policy.site_config(config)
+        node = NodeResources(aggregation_weight=policy.aggregation_weight, count_rounding=policy.count_rounding)
         weights = arrays_of(msg.content).to_torch_state_dict()
-        metrics = evaluate_round(config, site_client(policy, config), weights, node)
     except Exception as error:
-        return _failure(msg, SETUP_FAILED, error_reason(one_line(error), None), policy, site)
+        return _setup_failure(msg, error, policy, site)
+    try:
+        metrics = evaluate_round(config, site_client(policy, config), weights, node)
+    except Exception as error:  # the data (UnreadableFile) or the model: what failed, never the text at a site
+        public = error.public if isinstance(error, UnreadableFile) else f"evaluation failed ({type(error).__name__})"
+        text = f"client {policy.partition_id}: {failure_line(error)}"
+        return _failure(msg, SETUP_FAILED, text, policy, site, f"client {policy.partition_id}: {public}")
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 

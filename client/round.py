@@ -34,8 +34,10 @@ from dirichlet_fl.protocol import (
     SETUP_FAILED,
     TRAINING_FAILED,
     Metrics,
+    UnreadableFile,
     error_reason,
     one_line,
+    reading,
 )
 from dirichlet_fl.run_model import build_run_model
 from dirichlet_fl.split import (
@@ -83,6 +85,11 @@ class NodeResources:
     lifetime_ledger: LifetimeLedger | None = None
     run_key: str = ""
     aggregation_weight: float | None = None
+    count_rounding: int = 1
+    """A site's `count-rounding`: it samples, accounts and reports as if it held its example count rounded down
+    to a multiple of this (`counted_examples`), so that nothing it sends reveals the exact count; 1: exact."""
+    secure_rng: bool = False
+    """The node draws its privacy randomness from the OS's CSPRNG whatever the run config says (a site)."""
 
 
 @dataclass
@@ -96,11 +103,20 @@ class RoundOutcome:
     metrics: Metrics = field(default_factory=dict)
     error_code: int | None = None
     reason: str = ""
+    public: str = ""
+    """What a site sends the coordinator instead of `reason` when the reason may quote a file's contents or
+    an unforeseen error's text (empty: `reason` itself); the site's own log has `reason`."""
 
 
 def client_data(config: RunConfig, client: Client) -> tuple[ClientShard, ImageData]:
     """The client's shard on the run's device, and the data it comes from (for the model's shape): its
-    own data file, or its partition of the run's split (from the node's cache when it has one)."""
+    own data file, or its partition of the run's split (from the node's cache when it has one). Any
+    failure is an UnreadableFile: its text may quote the files read."""
+    with reading("its data"):
+        return _client_data(config, client)
+
+
+def _client_data(config: RunConfig, client: Client) -> tuple[ClientShard, ImageData]:
     device = resolve_device(config.device)
     if client.shard is not None:
         return client.shard, federated_split(config.split_spec(client.num_partitions)).data
@@ -160,11 +176,29 @@ def accountant_summary(config: RunConfig, client: Client, mechanism: Mechanism) 
     }
 
 
+def counted_examples(num_examples: int, node: NodeResources, label: str) -> int:
+    """The example count a client's mechanism is built from: the exact one, or at a site its count rounded
+    down to a multiple of its count-rounding. Sampling each example with q = batch-size / that count (a
+    little above batch-size / n) is accounted exactly, and q, the steps (local-epochs / q), r, eps and the
+    weight then follow from the rounded count alone. ValueError when the site holds fewer than count-rounding."""
+    rounding = node.count_rounding
+    if rounding <= 1:
+        return num_examples
+    if num_examples < rounding:
+        raise ValueError(f"{label} has {num_examples} examples, fewer than its count-rounding={rounding} "
+                         "(node config): it reports no count finer than that, so it does not train")
+    return num_examples // rounding * rounding
+
+
 def reported_weight(num_examples: int, node: NodeResources) -> float:
-    """What the server weights this client's update by: the site's own aggregation-weight, else its
-    example count rounded to a multiple of WEIGHT_ROUNDING (the exact count is not sent)."""
+    """What the server weights this client's update by: the site's own aggregation-weight, else at a site its
+    count rounded down to its count-rounding (the count it trains as), else its example count rounded to
+    a multiple of WEIGHT_ROUNDING (the exact count is not sent)."""
     if node.aggregation_weight is not None:
         return node.aggregation_weight
+    rounding = node.count_rounding
+    if rounding > 1:
+        return float(max(rounding, num_examples // rounding * rounding))
     return float(max(WEIGHT_ROUNDING, WEIGHT_ROUNDING * round(num_examples / WEIGHT_ROUNDING)))
 
 
@@ -189,9 +223,12 @@ def train_round(
     label = f"client {client.partition_id}"
     try:
         shard, data = client_data(config, client)
-        mechanism = _mechanism(config, client, saved, shard.num_examples, node)
+        mechanism = _mechanism(config, client, saved, counted_examples(shard.num_examples, node, label), node)
     except LifetimeBudgetSpent as error:
         return RoundOutcome(None, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", None))
+    except UnreadableFile as error:
+        return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None),
+                            public=error_reason(f"{label}: {error.public}", None))
     except ValueError as error:
         return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None))
     steps = config.local_steps_per_round(mechanism.sample_rate)
@@ -220,7 +257,7 @@ def train_round(
         generator = client_generator(
             config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce
         )
-        privacy_rng = SecureRandom() if config.secure_rng else None
+        privacy_rng = SecureRandom() if config.secure_rng or node.secure_rng else None
         batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng)
         mean_loss = train_locally(wrapped, optimizer, mechanism, batches, steps, on_step=progress)
     except LifetimeBudgetSpent as error:  # write_ahead's locked re-check: another run at the site trained meanwhile
@@ -228,7 +265,9 @@ def train_round(
     except Exception as error:  # the ledger survives: every step was composed before it ran
         text = f"{label}: training failed: {one_line(error)}"
         ran = accountant_summary(config, client, mechanism)
-        return RoundOutcome(mechanism, error_code=TRAINING_FAILED, reason=error_reason(text, ran))
+        public = f"{label}: training failed ({type(error).__name__}); the site's own log has the details"
+        return RoundOutcome(mechanism, error_code=TRAINING_FAILED, reason=error_reason(text, ran),
+                            public=error_reason(public, ran))
     metrics: Metrics = {
         "num-examples": reported_weight(shard.num_examples, node),
         "partition-id": client.partition_id,
@@ -236,7 +275,7 @@ def train_round(
         "learning-rate": learning_rate,
         "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
         "node-secret": int(node.secret is not None),
-        "secure-rng": int(config.secure_rng),
+        "secure-rng": int(config.secure_rng or node.secure_rng),
     }
     if mechanism.reports_training_loss:  # DP-SGD's loss is of the un-noised batch: its eps does not cover it
         metrics["train-loss"] = mean_loss if math.isfinite(mean_loss) else 0.0

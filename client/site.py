@@ -1,14 +1,16 @@
 """What a site (a SuperNode) decides for itself: its policy, its data's identity, what it discloses.
 
 The coordinator writes the run config, a site its node config, and the site's word wins: its
-`target-epsilon` (capped by `max-target-epsilon`), the largest `delta` it accepts, its one `alpha` and
-its `allowed-mechanisms`; a run asking for more is refused (POLICY_REFUSED), naming the key. On the
-Deployment Engine a site that sets none of them still gets safe defaults, and a node without
-`secret-dir` is refused unless it sets `insecure-noise=true`. `ledger-dir` holds its lifetime ledgers
-(client/lifetime_ledger.py), keyed by its data's fingerprint. A failure reason sent to the coordinator
-names no site path and no exact example count. Every key: docs/configuration.md and docs/consortium.md.
+`target-epsilon` (capped by `max-target-epsilon`), the largest `delta` it accepts, its one `alpha`, its
+`allowed-mechanisms` and whether it allows `allow-batch-norm`; a run asking for more is refused
+(POLICY_REFUSED), naming the key. On the Deployment Engine a site that sets none of them still gets safe
+defaults (and its privacy draws come from the OS's CSPRNG), and a node without `secret-dir` is refused
+unless it sets `insecure-noise=true`. `ledger-dir` holds its lifetime ledgers (client/lifetime_ledger.py),
+keyed by its node secret and its data pool (`data_pool`), nothing the run config sets. Every path a site
+opens is its node config's: a run config naming one (RUN_PATH_KEYS) is refused. What a site sends names
+no site path, quotes no file, and follows from its example count rounded to its `count-rounding`.
+Every key: docs/configuration.md and docs/consortium.md.
 """
-
 from __future__ import annotations
 
 import hashlib
@@ -17,30 +19,37 @@ import re
 import secrets
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from client.lifetime_ledger import LifetimeLedger
 from client.locked_json import private_folder
-from client.round import Client, shard_of
+from client.round import WEIGHT_ROUNDING, Client
 from client.secret_store import SECRET_BYTES, stored_secret
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.protocol import SUMMARY_MARK
+from dirichlet_fl.protocol import SUMMARY_MARK, reading
+from dirichlet_fl.site_file import pool_fingerprint
 from privacy.checks import check_in_open_interval, check_integer, check_positive
 from privacy.registry import MECHANISMS, PRIVATE_MECHANISMS
 
 NODE_KEYS = (
-    "partition-id", "num-partitions", "data-file", "target-epsilon", "max-target-epsilon", "lifetime-epsilon",
-    "delta", "alpha", "allowed-mechanisms", "ledger-dir", "secret-dir", "insecure-noise", "cache-dir",
-    "aggregation-weight",
+    "partition-id", "num-partitions", "data-file", "data-root", "target-epsilon", "max-target-epsilon",
+    "lifetime-epsilon", "delta", "alpha", "allowed-mechanisms", "allow-batch-norm", "ledger-dir", "secret-dir",
+    "witness-dir", "insecure-noise", "cache-dir", "aggregation-weight", "count-rounding",
 )  # fmt: skip
 """Every node-config key a site may set (docs/consortium.md's node-config table)."""
 SITE_MECHANISMS = PRIVATE_MECHANISMS
 """A site's `allowed-mechanisms` on the Deployment Engine unless it sets its own: the private ones."""
 DEFAULT_SITE_DELTA = 1e-5
 """A site's `delta` on the Deployment Engine unless it sets its own (the app's default run delta)."""
-SITE_PATH_KEYS = ("data-file", "ledger-dir", "secret-dir", "cache-dir")
+DEFAULT_COUNT_ROUNDING = WEIGHT_ROUNDING
+"""A site's `count-rounding` on the Deployment Engine unless it sets its own (client/round.py:counted_examples)."""
+_DEFAULT_RUN_CONFIG = RunConfig().to_run_config()
+SITE_PATH_KEYS = ("data-file", "data-root", "ledger-dir", "secret-dir", "witness-dir", "cache-dir")
+RUN_PATH_KEYS = ("data-root", "data-path", "site-file")
+"""The run-config keys that name a path a client opens. At a site those paths are the site's own (its node
+config): a run config that sets one is refused, so that a site never opens a file the coordinator chose."""
 
 
 def on_deployment_engine() -> bool:
@@ -56,17 +65,23 @@ class SitePolicy:
     partition_id: int
     num_partitions: int
     data_file: str = ""
+    data_root: str = ""
     target_epsilon: float | None = None
     max_target_epsilon: float | None = None
     lifetime_epsilon: float | None = None
     delta: float | None = None
     alpha: float | None = None
     allowed_mechanisms: tuple[str, ...] | None = None
+    allow_batch_norm: bool = False
     ledger_dir: str = ""
     secret_dir: str = ""
+    witness_dir: str = ""
     insecure_noise: bool = False
     cache_dir: str = ""
     aggregation_weight: float | None = None
+    count_rounding: int = 1
+    deployment: bool = False
+    """A site's policy (a SuperNode's node config), not a simulation's."""
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any], deployment: bool = False) -> SitePolicy:
@@ -88,17 +103,24 @@ class SitePolicy:
             partition_id=check_integer("partition-id", int(node_config["partition-id"]), 0),
             num_partitions=check_integer("num-partitions", int(node_config["num-partitions"]), 1),
             data_file=str(node_config.get("data-file", "")),
+            data_root=str(node_config.get("data-root", "")),
             target_epsilon=positive("target-epsilon"),
             max_target_epsilon=positive("max-target-epsilon"),
             lifetime_epsilon=positive("lifetime-epsilon"),
             delta=None if delta is None else check_in_open_interval("delta", delta, 0.0, 1.0),
             alpha=positive("alpha"),
             allowed_mechanisms=None if mechanisms is None else _mechanisms(mechanisms),
+            allow_batch_norm=_flag("allow-batch-norm", node_config.get("allow-batch-norm", False)),
             ledger_dir=str(node_config.get("ledger-dir", "")),
             secret_dir=str(node_config.get("secret-dir", node_config.get("ledger-dir", ""))),
+            witness_dir=str(node_config.get("witness-dir", "")),
             insecure_noise=_flag("insecure-noise", node_config.get("insecure-noise", False)),
             cache_dir=str(node_config.get("cache-dir", "")),
             aggregation_weight=positive("aggregation-weight"),
+            count_rounding=check_integer(
+                "count-rounding", node_config.get("count-rounding", DEFAULT_COUNT_ROUNDING if deployment else 1), 1
+            ),
+            deployment=deployment,
         )
         if policy.partition_id >= policy.num_partitions:
             raise ValueError(
@@ -113,6 +135,8 @@ class SitePolicy:
 
     def refusal(self, config: RunConfig, asked_epsilon: float) -> str | None:
         """Why this site refuses the run config, or None: the coordinator can lower, never raise."""
+        if (refused := self.path_refusal(config)) is not None:
+            return refused
         ceiling = self.max_target_epsilon if self.target_epsilon is None else None
         if ceiling is not None and asked_epsilon > ceiling:
             return (
@@ -126,6 +150,11 @@ class SitePolicy:
             )
         if self.alpha is not None and config.alpha != self.alpha:
             return f"site policy: the run asks alpha={config.alpha:g}; this site trains with alpha={self.alpha:g} only"
+        if self.deployment and config.allow_batch_norm and not self.allow_batch_norm:
+            return (
+                "site policy: the run asks allow-batch-norm=true, under which no eps applies (BatchNorm mixes the "
+                "examples of a batch); this site does not allow it (node-config key allow-batch-norm)"
+            )
         if self.allowed_mechanisms is not None and config.mechanism not in self.allowed_mechanisms:
             return (
                 f"site policy: the run asks mechanism={config.mechanism!r}; this site trains with "
@@ -133,13 +162,32 @@ class SitePolicy:
             )
         return None
 
+    def path_refusal(self, config: RunConfig) -> str | None:
+        """At a site: why the run config may not name a path this site would open (RUN_PATH_KEYS), or None."""
+        if not self.deployment:
+            return None
+        asked, defaults = config.to_run_config(), _DEFAULT_RUN_CONFIG
+        for key in RUN_PATH_KEYS:
+            if asked[key] != defaults[key]:
+                return (
+                    f"site policy: the run config sets {key}, a path this site would open; a site opens only "
+                    "the files its node config names (node-config keys data-file, data-root)"
+                )
+        return None
+
+    def site_config(self, config: RunConfig) -> RunConfig:
+        """The run config with this site's own data-root (node config) in place of the app's default."""
+        if not self.data_root:
+            return config
+        return replace(config, data=replace(config.data, root=self.data_root))
+
     def target_for(self, asked_epsilon: float) -> float:
         """The run's budget at this site: the site's own target-epsilon if set, else the run's ask."""
         return self.target_epsilon if self.target_epsilon is not None else asked_epsilon
 
     def paths(self) -> dict[str, str]:
         """The site's own paths by node-config key (those it set)."""
-        values = (self.data_file, self.ledger_dir, self.secret_dir, self.cache_dir)
+        values = (self.data_file, self.data_root, self.ledger_dir, self.secret_dir, self.witness_dir, self.cache_dir)
         return {key: value for key, value in zip(SITE_PATH_KEYS, values) if value}
 
 
@@ -173,41 +221,47 @@ def node_secret(policy: SitePolicy, config: RunConfig) -> bytes | None:
     simulation with `secure-noise=true` draws a fresh OS-entropy key for every message (nothing stored:
     nothing to leak, nothing to reproduce)."""
     if policy.secret_dir:
-        return stored_secret(Path(policy.secret_dir))
+        with reading("its node secret"):
+            return stored_secret(Path(policy.secret_dir))
     if config.secure_noise:
         return secrets.token_bytes(SECRET_BYTES)
     return None
 
 
 def open_lifetime_ledger(policy: SitePolicy, config: RunConfig) -> LifetimeLedger:
-    """The site's lifetime ledger for the data it trains on (policy.ledger_dir must be set); the pilot
-    opens it the same way before it starts anything. Raises ValueError naming a bad ledger file."""
-    _private_site_folders(policy)  # before the fingerprint, which may fill the cache with raw data
-    fingerprint = _fingerprint(config, site_client(policy, config))
+    """The site's lifetime ledger for its data pool (policy.ledger_dir must be set); the pilot opens it the
+    same way before it starts anything. Raises ValueError naming a bad ledger file."""
+    _private_site_folders(policy)
+    pool = data_pool(policy)
     delta = policy.delta or config.delta
-    return LifetimeLedger(Path(policy.ledger_dir), fingerprint, delta, policy.lifetime_epsilon, Path(policy.secret_dir))
+    witness = Path(policy.witness_dir) if policy.witness_dir else None
+    with reading("its lifetime ledger"):
+        return LifetimeLedger(
+            Path(policy.ledger_dir), pool, delta, policy.lifetime_epsilon, Path(policy.secret_dir), witness
+        )
 
 
-def data_fingerprint(*tensors: Any) -> str:
-    """SHA-256 over the training tensors' dtypes, shapes and bytes: the identity of a site's data."""
-    digest = hashlib.sha256()
-    for tensor in tensors:
-        array = tensor.detach().cpu().contiguous().numpy()
-        digest.update(f"{array.dtype}{array.shape}".encode())
-        digest.update(array.tobytes())
-    return digest.hexdigest()
+PARTITION_POOL = hashlib.sha256(b"dirichlet-fl/pool/partitions-of-public-data").hexdigest()
+"""The data pool of a site without a data file: every partition of a public data set it is ever handed,
+whatever the run config's data set, seed, partitioner, beta or validation fraction, is one pool."""
 
 
-def _fingerprint(config: RunConfig, client: Client) -> str:
-    """The fingerprint of this client's training data, computed once per process and data."""
-    key = (client.data_file, config.split_spec(client.num_partitions), client.partition_id)
-    if key not in _FINGERPRINTS:
-        shard = shard_of(config, client)
-        _FINGERPRINTS[key] = data_fingerprint(shard.train_x, shard.train_y)
-    return _FINGERPRINTS[key]
+def data_pool(policy: SitePolicy) -> str:
+    """The fingerprint of the site's data pool, which keys its lifetime ledger: its data file's examples as a
+    multiset (dirichlet_fl.site_file.pool_fingerprint: their order does not count), else PARTITION_POOL.
+    Nothing in it comes from the run config: the coordinator cannot open a fresh ledger."""
+    if not policy.data_file:
+        return PARTITION_POOL
+    path = Path(policy.data_file)
+    stat = path.stat() if path.is_file() else None
+    key = (policy.data_file, stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
+    if key not in _POOLS:
+        with reading("its data"):
+            _POOLS[key] = pool_fingerprint(path)
+    return _POOLS[key]
 
 
-_FINGERPRINTS: dict[tuple[object, ...], str] = {}
+_POOLS: dict[tuple[str, int, int], str] = {}
 
 
 def protect_site_files(policy: SitePolicy) -> None:
@@ -222,7 +276,7 @@ def protect_site_files(policy: SitePolicy) -> None:
 
 def _private_site_folders(policy: SitePolicy) -> None:
     """The site's folders, created 0700 (missing parents too) and made 0700 if they exist."""
-    for folder in (policy.secret_dir, policy.ledger_dir, policy.cache_dir):
+    for folder in (policy.secret_dir, policy.ledger_dir, policy.witness_dir, policy.cache_dir):
         if folder:
             private_folder(Path(folder))
             os.chmod(folder, 0o700)

@@ -4,10 +4,12 @@ readers for the records' values."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -63,6 +65,35 @@ def one_line(error: BaseException) -> str:
     """An exception as one line for people: its class and message, whitespace collapsed, no traceback."""
     message = " ".join(str(error).split())
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+class UnreadableFile(ValueError):
+    """Reading one of a client's own files (its data, lifetime ledger or node secret) failed.
+
+    Its text, for the client's own log (and a simulation's records), is the original error's and may quote
+    the file's contents; `public`, what a site sends the coordinator instead, names only what was read and
+    the original error's type: a site never lets a file's contents reach the coordinator (issue 29)."""
+
+    def __init__(self, what: str, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.cause = error
+        self.public = f"{what} could not be read ({type(error).__name__}); the site's own log has the details"
+
+
+@contextlib.contextmanager
+def reading(what: str) -> Iterator[None]:
+    """Turn any failure inside the block into UnreadableFile(what, error) (an inner one passes unchanged)."""
+    try:
+        yield
+    except UnreadableFile:
+        raise
+    except Exception as error:
+        raise UnreadableFile(what, error) from error
+
+
+def failure_line(error: BaseException) -> str:
+    """one_line of a failure, of the original error for an UnreadableFile."""
+    return one_line(error.cause if isinstance(error, UnreadableFile) else error)
 
 
 def error_reason(text: str, accountant: Metrics | None) -> str:

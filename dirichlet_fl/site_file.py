@@ -7,6 +7,7 @@ dirichlet_fl.data). `write_site_file` exports one from a public data set, to reh
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,28 @@ def check_labels(path: Path, key: str, splits: dict[str, Split], num_classes: in
         if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
             raise ValueError(f"{key} {path}: {split}_labels lie in {labels.min()}..{labels.max()}; with "
                              f"{num_classes} classes they must lie in 0..{num_classes - 1}")
+
+
+def examples_fingerprint(splits: dict[str, Split]) -> str:
+    """SHA-256 of the multiset of a file's examples (every split's): each example's image bytes, shape and
+    label hashed alone, the hashes sorted. The same examples in another order, or split otherwise between
+    train, val and test, give the same fingerprint; one example more or less gives another."""
+    digests = []
+    for images, labels in splits.values():
+        for image, label in zip(images, labels):
+            example = hashlib.sha256(f"{image.dtype.str}{image.shape}{int(label)}:".encode())
+            example.update(np.ascontiguousarray(image).tobytes())
+            digests.append(example.digest())
+    pool = hashlib.sha256(f"dirichlet-fl/pool/v1/{len(digests)}:".encode())
+    for digest in sorted(digests):
+        pool.update(digest)
+    return pool.hexdigest()
+
+
+def pool_fingerprint(path: str | Path) -> str:
+    """The fingerprint of the examples in the data file at `path` (examples_fingerprint of its raw splits);
+    ValueError naming the file when it cannot be read."""
+    return examples_fingerprint(read_npz_splits(Path(path), "data-file"))
 
 
 def write_site_file(path: str | Path, data: ImageData, train: np.ndarray, test: np.ndarray) -> Path:

@@ -27,3 +27,11 @@ def client_context(overrides: dict[str, Any], partition_id: int = 0, num_partiti
 def train_message(arrays: ArrayRecord, server_round: int, message_type: str = "train") -> Message:
     content = RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": server_round})})
     return Message(content, dst_node_id=7, message_type=message_type)
+
+
+def leaks(secret: bytes, text: str) -> list[str]:
+    """Every 4-byte window of `secret` found in `text`, in hex (either case) or raw: what a text gives away."""
+    hexed, lower, raw = secret.hex(), text.lower(), text.encode("utf-8", "surrogateescape")
+    windows = [hexed[i : i + 8] for i in range(0, len(hexed) - 7, 2)]
+    return [w for w in windows if w in lower] + [secret[i : i + 4].hex() for i in range(len(secret) - 3)
+                                                  if secret[i : i + 4] in raw]

@@ -76,7 +76,7 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
     code, first, _ = pilot(capsys, *args)
     assert code == 0, first
     assert first["tls"] and first["authenticated"] and first["status"] == "finished:completed"
-    assert first["rounds"] == 2 and first["noise"] == "node secret"
+    assert first["rounds"] == 2 and first["noise"] == "secure (CSPRNG)"  # a site's default (client/site.py)
     assert first["server_status"] == "completed" and first["exit_status"] == 0 and first["ok"]
     assert [site["status"] for site in first["sites"]] == ["trained"] * 3
     assert first["app_signed"] and first["fleet_only_gateway"]  # docs/pilot-security.md
@@ -84,7 +84,7 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
     assert all(reviewer in (workdir / "sites" / f"site-{i}" / "trusted-entities.yaml").read_text() for i in range(3))
     for site, target in zip(first["sites"], (1, 2, 1)):
         assert 0 < site["lifetime_epsilon_spent"] <= target and site["runs_in_ledger"] == 1
-        assert site["noise"] == "node secret" and Path(site["ledger_file"]).is_file()
+        assert site["noise"] == "secure (CSPRNG)" and Path(site["ledger_file"]).is_file()
     keys = sorted((workdir / "keys").iterdir())
     key_bytes = [path.read_bytes() for path in keys]
 

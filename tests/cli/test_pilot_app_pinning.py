@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli.app_hub import AppHub, PublishedApp
-from cli.app_signing import build_fab, make_reviewer_key, sign_fab, write_trusted_entities
+from cli.app_signing import build_fab, check_trusted_entities, make_reviewer_key, sign_fab, write_trusted_entities
 from cli.federation import Federation
 from cli.processes import DeploymentError
 
@@ -124,6 +124,30 @@ def test_reviewer_key_is_reused_and_private_half_is_0600(tmp_path: Path) -> None
     assert pin.read_text() == f"{key.key_id}: '{key.public_line}'\n"
     with pytest.raises(DeploymentError, match="at least one reviewer key"):
         write_trusted_entities(tmp_path / "none.yaml", [])
+
+
+@pytest.mark.parametrize("content", ["{}\n", "", "[]\n", "not: [valid\n"])
+def test_a_pin_that_trusts_no_key_refuses_every_app_loudly(
+    tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29 item 4: a trusted-entities.yaml holding `{}` turned Flower's app verification off (`if
+    trusted_entities:`), and that site ran an unsigned app. Such a pin is refused before any process starts:
+    the pilot stops with one line naming the file, and so does any Federation given that pin."""
+    from cli.main import main
+
+    pin = tmp_path / "w" / "sites" / "site-0" / "trusted-entities.yaml"
+    pin.parent.mkdir(parents=True)
+    pin.write_text(content)
+    with pytest.raises(DeploymentError, match=f"--trusted-entities {pin} (trusts no key|is unreadable)"):
+        check_trusted_entities(pin)
+    with pytest.raises(DeploymentError, match="trusts no key|is unreadable"):
+        Federation(tmp_path / "fed", []).supernode_argv(None, pin, pin, 1, "", pin)  # type: ignore[arg-type]
+    if content != "{}\n":
+        return
+    code = main(["pilot", "--sites", "1", "--rounds", "1", "--workdir", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"--trusted-entities {pin} trusts no key" in err
+    assert not (tmp_path / "w" / "superlink").exists()  # nothing started
 
 
 def test_pinned_site_runs_only_the_signed_app(tmp_path: Path, federations: list[Federation]) -> None:

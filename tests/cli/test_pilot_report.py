@@ -75,6 +75,10 @@ def test_the_verdict_is_the_last_status_line_of_this_calls_output() -> None:
             ("failed", "failed in round 1: Node Unavailable"),
         ),
         ([row(1, 1, "trained")], ("failed", "no row for this site in the run's ledger.csv (timed out)")),
+        (
+            [row(1, 0, "trained"), row(2, 0, "failed", "node unavailable: gone"), row(3, 0, "excluded")],
+            ("lost", "trained in 1 round(s); lost in round 2: node unavailable: gone"),
+        ),
         (None, ("failed", "the run wrote no ledger.csv (timed out)")),
     ],
 )
@@ -85,33 +89,46 @@ def test_a_sites_status_in_this_call(rows: list[dict[str, str]] | None, expected
 
 def test_the_exit_status_is_nonzero_unless_the_run_ended_well_and_a_site_trained() -> None:
     trained, refused = site_outcome([row(1, 0, "trained")], 0, ""), site_outcome([row(1, 0, "refused")], 0, "")
+    lost = site_outcome([row(1, 0, "trained"), row(2, 0, "failed", "node unavailable")], 0, "")
     assert exit_status(True, {0: trained, 1: refused}) == 0
     assert exit_status(True, {0: refused, 1: refused}) == 3
     assert exit_status(False, {0: trained}) == 1
+    assert exit_status(True, {0: trained, 1: lost}) == 0
+    assert exit_status(True, {0: lost, 1: refused}) == 1, "every site that trained was lost: the run failed"
     assert run_ok(True, Verdict(COMPLETED, "")) and run_ok(True, Verdict(STOPPED_NO_CLIENT, ""))
     assert not run_ok(True, Verdict("failed", "disk full")), "Flower says completed when the ServerApp returned"
     assert not run_ok(True, Verdict(None, "no status line")) and not run_ok(False, Verdict(COMPLETED, ""))
 
 
 def fake_deployment(
-    monkeypatch: pytest.MonkeyPatch, statuses: list[str], server: str, flower: str = "finished:completed"
+    monkeypatch: pytest.MonkeyPatch,
+    statuses: list[str],
+    server: str | None,
+    flower: str | None = "finished:completed",
+    node_logs: dict[int, str] | None = None,
 ) -> list[str]:
-    """Replace the Deployment Engine: write the run folder a real run would (site i's status statuses[i])
-    and return its `flwr run` outcome, with the ServerApp's status line `server`. Returns the run names."""
+    """Replace the Deployment Engine: write the run folder a real run would (site i's status statuses[i];
+    none when `statuses` is empty) and each SuperNode's log (`node_logs`), and return its `flwr run` outcome,
+    with the ServerApp's status line `server` (None: no line) and the SuperLink's status `flower` (None:
+    unknown). Returns the run names."""
     names: list[str] = []
 
     def deploy(args: Any, sites: Any, overrides: dict[str, Any], run_name: str, app_dir: Path) -> RunOutcome:
         names.append(run_name)
         run_dir = Path(overrides["results-dir"]) / run_name
         run_dir.mkdir(parents=True)
-        with open(run_dir / "ledger.csv", "w", newline="") as handle:
-            writer = csv.DictWriter(handle, LEDGER_COLUMNS, restval="0")
-            writer.writeheader()
-            writer.writerows({**row(1, i, status, f"{status} by site {i}")} for i, status in enumerate(statuses))
-        (run_dir / "summary.json").write_text(json.dumps({"rounds": 1, "final_accuracy": 0.1, "noise": []}))
+        if statuses:
+            with open(run_dir / "ledger.csv", "w", newline="") as handle:
+                writer = csv.DictWriter(handle, LEDGER_COLUMNS, restval="0")
+                writer.writeheader()
+                writer.writerows({**row(1, i, status, f"{status} by site {i}")} for i, status in enumerate(statuses))
+            (run_dir / "summary.json").write_text(json.dumps({"rounds": 1, "final_accuracy": 0.1, "noise": []}))
         log = Path(args.workdir) / "logs" / run_name / "flwr-run-1.log"
-        output = f"Successfully started run 7\n{STATUS_LINE} {server} (why); results in {run_dir}\n"
-        return RunOutcome(0, output, 1.0, log, run_id=7, status=flower)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        for site, text in (node_logs or {}).items():
+            (log.parent / f"supernode-{site}.log").write_text(text)
+        line = "" if server is None else f"{STATUS_LINE} {server} (why); results in {run_dir}\n"
+        return RunOutcome(0, f"Successfully started run 7\n{line}", 1.0, log, run_id=7, status=flower)
 
     monkeypatch.setattr(pilot, "_deploy_and_run", deploy)
     return names
@@ -183,3 +200,31 @@ def test_every_start_of_a_process_writes_a_fresh_log(tmp_path: Path) -> None:
         assert not wait_exit(proc, 30)
         stop_processes([proc], 1.0)
     assert log.read_text() == "second\n"
+
+
+def test_a_site_that_refused_the_app_says_so_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29 item 6: after the reviewer key changed, the report said only "the ServerApp printed no status
+    line"; the cause was in a SuperNode's log. It is now the site's reason and part of the server's."""
+    fab_error = ("ERROR :   FAB verification failed: the provided trusted entities could not verify the FAB. An "
+                 "error reply has been generated.\n")
+    fake_deployment(monkeypatch, [], None, node_logs={0: "INFO : Starting\n" + fab_error, 1: fab_error})
+    code, report, err = pilot_json(tmp_path, capsys)
+    assert code == 1 == report["exit_status"] and not report["ok"]
+    assert "FAB verification failed" in report["server_reason"]
+    for site in report["sites"]:
+        assert site["status"] == "refused" and "refused the app: FAB verification failed" in site["reason"]
+        assert "trusted-entities.yaml" in site["reason"]
+    assert "FAB verification failed" in err
+
+
+def test_an_unknown_run_status_is_not_an_exit_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29 item 6: two pilots on one workdir (pilot.lock deleted): the SuperLink reported no status for the
+    run, and the report said `failed (flwr exit 0)` while the call exited 0. Status and exit code agree."""
+    fake_deployment(monkeypatch, ["trained", "trained"], COMPLETED, flower=None)
+    code, report, _ = pilot_json(tmp_path, capsys)
+    assert code == 1 == report["exit_status"] and not report["ok"]
+    assert report["status"].startswith("unknown (the SuperLink reported no status for run 7")

@@ -19,7 +19,8 @@ import pytest
 
 import client.client_app as client_app
 from client.lifetime_ledger import LifetimeLedger
-from client.locked_json import LockedJsonError
+from client.locked_json import LockedJsonError, LockedJsonFile
+from client.secret_store import LifetimeLedgerIndex, lifetime_ledger_key, stored_secret
 from dirichlet_fl.protocol import SETUP_FAILED
 from privacy.mechanisms import MechanismSpec
 from privacy.registry import build_mechanism, restore_mechanism
@@ -41,9 +42,9 @@ def steps_of(state: dict[str, Any] | None) -> int:
     return 0 if state is None else restore_mechanism(state).steps
 
 
-def one_round(folder: Path, run_key: str, base: dict[str, Any], server_round: int) -> None:
+def one_round(folder: Path, run_key: str, base: dict[str, Any], server_round: int, witness: Path | None = None) -> None:
     """What a ClientApp process does with the ledger in one round: open, write ahead, train, commit."""
-    ledger = LifetimeLedger(folder, FINGERPRINT, 1e-5, None, folder)
+    ledger = LifetimeLedger(folder, FINGERPRINT, 1e-5, None, folder, witness)
     done = ledger.current(run_key) or base
     planned = after(done, STEPS)
     progress = ledger.reserve(run_key, done, planned, server_round, "00" * 16)
@@ -127,16 +128,74 @@ def test_an_older_copy_put_back_is_refused(written: Path) -> None:
 
 def test_a_ledger_from_before_signing_is_read_once_then_signed(tmp_path: Path) -> None:
     state = after(base_state(), 5)
-    path = tmp_path / f"ledger-{FINGERPRINT[:16]}.json"
-    unsigned = {"schema": 1, "data_fingerprint": FINGERPRINT, "delta": 1e-5, "runs": {"7": {"state": state}}}
+    path = tmp_path / f"ledger-{'cd' * 8}.json"
+    unsigned = {"schema": 1, "data_fingerprint": "cd" * 32, "delta": 1e-5, "runs": {"7": {"state": state}}}
     path.write_text(json.dumps(unsigned))
     ledger = LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
     assert steps_of(ledger.current("7")) == 5
     ledger.commit("7", after(state, 1))
-    assert json.loads(path.read_text())["schema"] == 2 and "hmac" in json.loads(path.read_text())
-    path.write_text(json.dumps(unsigned))  # now the node knows this ledger: an unsigned file is an edit
+    stored = json.loads(ledger.store.path.read_text())
+    assert stored["schema"] == 3 and "hmac" in stored and stored["migrated_from"] == {"cd" * 32: 0}
+    del stored["hmac"]  # its own file unsigned: an edit
+    ledger.store.path.write_text(json.dumps(stored))
     with pytest.raises(LockedJsonError, match="changed by someone without this node's secret"):
         LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
+
+
+def old_ledger(folder: Path, fingerprint: str, runs: dict[str, Any], writes: int = 3) -> Path:
+    """A signed ledger as the code before issue 29 wrote it (schema 2, keyed by the data fingerprint), with the
+    node's record of its last write."""
+    secret = stored_secret(folder)
+    store = LockedJsonFile(folder / f"ledger-{fingerprint[:16]}.json", lifetime_ledger_key(secret))
+    mac = store.save({"schema": 2, "data_fingerprint": fingerprint, "delta": 1e-5, "lifetime_epsilon": None,
+                      "lifetime_epsilon_spent": 0.5, "writes": writes, "runs": runs})
+    LifetimeLedgerIndex(folder, secret).wrote(fingerprint, writes, str(mac), keyed=False)
+    return store.path
+
+
+def test_a_ledger_under_the_old_key_is_found_and_continued_never_dropped(tmp_path: Path) -> None:
+    """Before issue 29 a site's ledger was keyed by the fingerprint of the partition it trained (one per seed,
+    beta, ...). The site's ledger under its new key takes in every such ledger of the node, each run once."""
+    state = after(base_state(), 5)
+    old_ledger(tmp_path, "cd" * 32, {"7": {"state": state, "complete": True, "nonce": "00" * 16}})
+    old_ledger(tmp_path, "ef" * 32, {"7": {"state": after(state, 1), "complete": True, "nonce": "11" * 16}})
+    ledger = LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
+    assert sorted(steps_of(state) for state in ledger.prior("new")) == [5, 6]
+    ledger.commit("8", after(base_state(), 2))
+    reopened = LifetimeLedger(tmp_path, FINGERPRINT, 1e-5, None, tmp_path)
+    assert sorted(steps_of(state) for state in reopened.prior("new")) == [2, 5, 6]
+    assert reopened.spent() > LifetimeLedger(tmp_path / "fresh", FINGERPRINT, 1e-5, None, tmp_path / "fresh").spent()
+
+    gone = tmp_path / "gone"
+    old_ledger(gone, "cd" * 32, {"7": {"state": state, "complete": True}}).unlink()
+    with pytest.raises(LockedJsonError, match="is missing, but .* records 3 writes"):
+        LifetimeLedger(gone, FINGERPRINT, 1e-5, None, gone)
+
+
+def test_a_restored_site_folder_is_refused_where_a_witness_is_kept(tmp_path: Path) -> None:
+    """Issue 29 item 3: the whole site folder (ledger, secret, record of writes) restored from a backup after run
+    1 was accepted at run 3. The witness (node-config witness-dir, outside the site's folder) records each
+    write too: a restored folder, a deleted ledger and record, or a replaced secret is refused."""
+    site, witness, backup = tmp_path / "site", tmp_path / "witness", tmp_path / "backup"
+    base = base_state()
+    one_round(site, "1", base, 1, witness)
+    shutil.copytree(site, backup)
+    one_round(site, "2", base, 1, witness)
+    shutil.rmtree(site)
+    shutil.copytree(backup, site)
+    assert len(LifetimeLedger(site, FINGERPRINT, 1e-5, None, site).runs) == 1  # without the witness: unnoticed
+    with pytest.raises(LockedJsonError, match=r"not the one this node last wrote \(write 2, .*ledger-witness.json "
+                                              r"records write 4\)"):
+        LifetimeLedger(site, FINGERPRINT, 1e-5, None, site, witness)
+    next(site.glob("ledger-*.json")).unlink()
+    (site / "written-ledgers.json").unlink()
+    with pytest.raises(LockedJsonError, match="is missing, but .*ledger-witness.json records 4 writes"):
+        LifetimeLedger(site, FINGERPRINT, 1e-5, None, site, witness)
+    (site / "node-secret").unlink()
+    with pytest.raises(LockedJsonError, match="witness file .*ledger-witness.json was not written with this node's "
+                                              "secret"):
+        LifetimeLedger(site, FINGERPRINT, 1e-5, None, site, witness)
+
 
 
 def test_a_round_that_may_still_run_keeps_its_plan(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from flwr.common.config import get_fused_config_from_dir
 
 import client.client_app as client_app
 from client.lifetime_ledger import LifetimeLedger
-from client.site import SitePolicy, node_secret, public_reason
+from client.site import SitePolicy, node_secret, open_lifetime_ledger, public_reason
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data import load_dataset
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, POLICY_REFUSED, SETUP_FAILED
@@ -24,7 +24,7 @@ from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.simulation import APP_DIR
 from dirichlet_fl.site_file import write_site_file
 from dirichlet_fl.split import federated_split
-from tests.helpers import set_task_identity, train_message
+from tests.helpers import leaks, set_task_identity, train_message
 
 RUN = {"num-server-rounds": 2, "local-steps": 4, "partitioner": "iid"}
 
@@ -210,8 +210,8 @@ def test_a_site_tells_the_coordinator_neither_its_paths_nor_its_exact_counts(
     path = tmp_path / "private" / "site.npz"
     reply = train(context({"data-file": str(path), "secret-dir": str(tmp_path / "secret")}))
     assert reply.has_error() and reply.error.code == SETUP_FAILED
-    assert str(tmp_path) not in reply.error.reason and "data-file <data-file>" in reply.error.reason
-    assert str(path) in capfd.readouterr().err  # the site's own log has the whole line
+    assert str(tmp_path) not in reply.error.reason and "its data could not be read (ValueError)" in reply.error.reason
+    assert f"data-file {path}: file not found" in capfd.readouterr().err  # the site's own log has the whole line
     small = site_file(tmp_path, "small.npz", examples=5)
     reply = train(context({"data-file": str(small), "secret-dir": str(tmp_path / "secret")}, {"batch-size": 8}))
     assert reply.has_error() and reply.error.code == SETUP_FAILED
@@ -281,9 +281,169 @@ def test_bad_ledger_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     stored = json.loads(ledger_file.read_text())
     other = tmp_path / "other"
     LifetimeLedger(other, "f" * 64, 1e-5, None, tmp_path).commit("1", stored["runs"]["1"]["state"])
+    [written] = other.glob("ledger-*.json")
+    moved = LifetimeLedger(other, "0" * 64, 1e-5, None, tmp_path).store.path  # another pool's file name
+    written.rename(moved)
     with pytest.raises(ValueError, match="belongs to another data set"):
-        LifetimeLedger(other, "f" * 16 + "0" * 48, 1e-5, None, tmp_path)
+        LifetimeLedger(other, "0" * 64, 1e-5, None, tmp_path)
     ledger_file.write_text("{broken")
     corrupt = train(context(node, run_id=3))
     assert corrupt.has_error() and corrupt.error.code == SETUP_FAILED
     assert f"ledger file {ledger_file} is corrupt" in corrupt.error.reason
+
+
+def received(reply) -> str:
+    """Everything a reply carries to the coordinator, as text: the error reason, or every record's values."""
+    if reply.has_error():
+        return reply.error.reason
+    return repr({key: dict(record) for key, record in reply.content.metric_records.items()}) + repr(
+        {key: dict(record) for key, record in reply.content.config_records.items()})
+
+
+@pytest.mark.parametrize(
+    ("key", "run"),
+    [
+        ("site-file", {"partitioner": "natural", "site-file": "SECRET"}),
+        ("data-path", {"dataset": "npz", "data-path": "SECRET"}),
+        ("data-root", {"data-root": "SECRET_DIR", "dataset": "mnist-idx"}),
+    ],
+)
+def test_a_site_opens_no_path_the_coordinator_names_and_sends_no_byte_of_its_secret(
+    tmp_path: Path, on_a_supernode: None, capfd: pytest.CaptureFixture[str], key: str, run: dict
+) -> None:
+    """Issue 29 item 2: `partitioner='natural' site-file='<secret-dir>/node-secret'` made the site's error
+    reason quote the secret. Every run-config key naming a path a client opens is the site's own (its node
+    config): the site refuses it by policy, naming the key, before it opens anything."""
+    secret_dir = tmp_path / "secret"
+    node = {"secret-dir": str(secret_dir), "ledger-dir": str(tmp_path / "ledgers"), "lifetime-epsilon": 3.0}
+    secret = node_secret(SitePolicy.from_node_config({"partition-id": 0, "num-partitions": 2} | node), RunConfig())
+    assert secret is not None
+    named = {"SECRET": str(secret_dir / "node-secret"), "SECRET_DIR": str(secret_dir)}
+    asked = {name: named.get(value, value) for name, value in run.items()}
+    ledger_csv_like = []
+    for message_type in ("train", "evaluate"):
+        ctx = context(node, asked)
+        handler = client_app.train if message_type == "train" else client_app.evaluate_locally
+        reply = handler(train_message(arrays(context(node)), 1, message_type), ctx)
+        assert reply.has_error() and reply.error.code == POLICY_REFUSED, received(reply)
+        assert f"the run config sets {key}" in reply.error.reason and "node config" in reply.error.reason
+        ledger_csv_like.append(received(reply))
+    assert not leaks(secret, " ".join(ledger_csv_like))
+    assert not list((tmp_path / "ledgers").glob("ledger-*.json"))  # refused before anything was opened
+    capfd.readouterr()
+
+
+def test_a_site_writes_nothing_where_the_coordinator_points(tmp_path: Path, on_a_supernode: None) -> None:
+    """The train message's run folder (RUN_DIR_KEY) is the coordinator's: a site keeps its ledger in its
+    own ledger-dir (or its state), never in a folder the message names."""
+    ctx = context({"secret-dir": str(tmp_path / "secret")})
+    msg = train_message(arrays(ctx), 1)
+    msg.content["config"]["run-dir"] = str(tmp_path / "coordinator-chose-this")
+    reply = client_app.train(msg, ctx)
+    assert not reply.has_error(), received(reply)
+    assert not (tmp_path / "coordinator-chose-this").exists()
+
+
+def test_a_site_sends_no_text_derived_from_its_files_contents(
+    tmp_path: Path, on_a_supernode: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed data file: the coordinator reads what failed and the exception's type, never a value read
+    from the file (here a label); the site's own log has the whole line."""
+    path = tmp_path / "site.npz"
+    labels = np.full((20, 1), 123456789, np.int64)
+    np.savez(path, train_images=np.zeros((20, 8, 8), np.uint8), train_labels=labels,
+             test_images=np.zeros((4, 8, 8), np.uint8), test_labels=labels[:4])
+    node = {"data-file": str(path), "secret-dir": str(tmp_path / "secret")}
+    reply = train(context(node))
+    assert reply.has_error() and reply.error.code == SETUP_FAILED
+    assert "123456789" not in reply.error.reason and "(ValueError)" in reply.error.reason
+    assert "its data" in reply.error.reason
+    assert "123456789" in capfd.readouterr().err
+
+
+def test_the_coordinator_cannot_reset_a_sites_lifetime_ledger(tmp_path: Path, on_a_supernode: None) -> None:
+    """Issue 29 item 3: seed, partitioner, beta and validation-fraction reached the fingerprint that keyed the
+    ledger, so a second run with `seed=7` started a fresh one. The key is the site's own: its node secret and
+    its data pool (a partition site's: every partition it is handed), nothing the run config sets."""
+    node = {"ledger-dir": str(tmp_path / "ledgers"), "secret-dir": str(tmp_path / "secret"), "lifetime-epsilon": 3.0}
+    assert not train(context(node, run_id=1)).has_error()
+    [ledger_file] = (tmp_path / "ledgers").glob("ledger-*.json")
+    policy = SitePolicy.from_node_config({"partition-id": 0, "num-partitions": 2} | node, deployment=True)
+    for run in ({"seed": 7}, {"partitioner": "dirichlet", "beta": 0.1}, {"partitioner": "pathological"},
+                {"validation-fraction": 0.2}):
+        ledger = open_lifetime_ledger(policy, RunConfig.from_run_config(context(node, run).run_config))
+        assert (ledger.store.path, len(ledger.runs)) == (ledger_file, 1), run
+    assert not train(context(node, {"seed": 7}, run_id=2)).has_error()
+    assert list((tmp_path / "ledgers").glob("ledger-*.json")) == [ledger_file]
+    assert list(json.loads(ledger_file.read_text())["runs"]) == ["1", "2"]
+
+
+def test_a_data_file_re_exported_in_another_order_keeps_its_ledger(tmp_path: Path) -> None:
+    """The same examples in another order (and the test split reversed) are the same people: the same ledger.
+    One example fewer is another pool."""
+    data = load_dataset("digits")
+    chosen = np.random.default_rng(0).choice(len(data.train_y), 150, replace=False)
+    first = write_site_file(tmp_path / "a.npz", data, chosen, np.arange(50))
+    shuffled = write_site_file(tmp_path / "b.npz", data, chosen[::-1].copy(), np.arange(50)[::-1].copy())
+    fewer = write_site_file(tmp_path / "c.npz", data, chosen[1:], np.arange(50))
+    node = {"ledger-dir": str(tmp_path / "ledgers"), "partition-id": 0, "num-partitions": 2}
+    config = RunConfig.from_run_config(context({}).run_config)
+
+    def ledger_of(path: Path) -> LifetimeLedger:
+        return open_lifetime_ledger(SitePolicy.from_node_config(node | {"data-file": str(path)}), config)
+
+    ledger_of(first).commit("1", after_steps(ledger_of(first), 3))
+    assert len(ledger_of(shuffled).runs) == 1 and ledger_of(shuffled).store.path == ledger_of(first).store.path
+    assert ledger_of(fewer).store.path != ledger_of(first).store.path
+
+
+def after_steps(ledger: LifetimeLedger, steps: int) -> dict[str, Any]:
+    from privacy.mechanisms import MechanismSpec
+    from privacy.registry import build_mechanism
+
+    return build_mechanism(MechanismSpec("dirichlet", 1.0, ledger.delta, 0.05, 200)).after(steps).state_dict()
+
+
+def test_a_site_refuses_batch_norm_unless_it_allows_it_and_then_records_no_eps(
+    tmp_path: Path, on_a_supernode: None
+) -> None:
+    """Issue 29 item 4: `allow-batch-norm=true` was accepted (the summary said the eps does not apply), and
+    the lifetime ledger counted the run as an ordinary one. Refused unless the site's node config allows it;
+    a site that does records the run's eps as not applying: its lifetime eps is infinite from then on."""
+    node = {"ledger-dir": str(tmp_path / "ledgers"), "secret-dir": str(tmp_path / "secret")}
+    reply = train(context(node, {"allow-batch-norm": True}))
+    assert reply.has_error() and reply.error.code == POLICY_REFUSED
+    assert "allow-batch-norm=true" in reply.error.reason and "(node-config key allow-batch-norm)" in reply.error.reason
+    assert not list((tmp_path / "ledgers").glob("ledger-*.json"))
+    allowed = train(context(node | {"allow-batch-norm": True}, {"allow-batch-norm": True}))
+    assert not allowed.has_error(), received(allowed)
+    [ledger_file] = (tmp_path / "ledgers").glob("ledger-*.json")
+    stored = json.loads(ledger_file.read_text())
+    assert stored["runs"]["1"]["eps_applies"] is False and stored["lifetime_epsilon_spent"] is None
+
+
+def test_what_a_site_reports_follows_from_its_rounded_example_count(tmp_path: Path, on_a_supernode: None) -> None:
+    """Issue 29 item 4: with `batch-size=1 local-epochs=1` the steps a site reported were its exact example
+    count. A site samples at batch-size / (its count rounded down to its count-rounding, 10 by default), so
+    every number it sends (steps, q, r, eps, weight) is the same for 151 and 159 examples."""
+    data = load_dataset("digits")
+    order = np.random.default_rng(1).permutation(len(data.train_y))
+    reported = []
+    for examples in (151, 159):
+        path = write_site_file(tmp_path / f"site-{examples}.npz", data, order[:examples], np.arange(40))
+        node = {"data-file": str(path), "secret-dir": str(tmp_path / "secret")}
+        reply = train(context(node, {"batch-size": 1, "local-epochs": 1.0, "local-steps": 0}))
+        assert not reply.has_error(), received(reply)
+        metrics = dict(reply.content["metrics"])
+        reported.append({key: value for key, value in metrics.items() if key not in ("train-loss",)})
+    assert reported[0] == reported[1]
+    assert reported[0]["steps"] == 150 and reported[0]["num-examples"] == 150
+
+
+def test_a_site_draws_its_privacy_randomness_from_the_csprng_by_default(tmp_path: Path, on_a_supernode: None) -> None:
+    """Issue 29 item 4: `secure-rng` was off unless the coordinator turned it on. At a site the OS's CSPRNG is
+    the default whatever the run config says; `insecure-noise=true` (the site's own opt-out) keeps the seed."""
+    metrics = train(context({"secret-dir": str(tmp_path)}, {"secure-rng": False})).content["metrics"]
+    assert metrics["secure-rng"] == 1 and metrics["node-secret"] == 1
+    opted_out = train(context({"insecure-noise": True})).content["metrics"]
+    assert opted_out["secure-rng"] == 0
