@@ -315,6 +315,13 @@ def _margin(value: float) -> float:
     return 1e-9 * abs(value) + 1e-12
 
 
+def _clear_memoised() -> None:
+    """Forget every table this module memoises: the next solve runs as a process's first (benchmarks)."""
+    for memoised in (_log_factorials, _log_binomial_table, _whole_numbers, _conversion_table, _three_or_more,
+                     _bound_constants):
+        memoised.cache_clear()
+
+
 class _Evaluator:
     """eps(r) for one (alpha, q, T, delta, max_order): the minimum over every admissible order, to the
     last bit, evaluating only the orders that a lower bound does not rule out.
@@ -332,6 +339,7 @@ class _Evaluator:
             alpha, sample_rate, steps, delta, max_order)
         self.hint = 2
         self._binomial_rows: dict[int, np.ndarray] = {}
+        self._values: dict[float, Epsilon] = {}  # Brent's root is one of its iterates, evaluated again after
 
     def _log_pmf(self, orders: np.ndarray, width: int) -> np.ndarray:
         """_log_binomial_rows(orders, width), the rows of large orders built once per evaluator."""
@@ -407,13 +415,17 @@ class _Evaluator:
 
     def __call__(self, r: float) -> Epsilon:
         """eps(r): the minimum over every admissible order, the lowest order on a tie."""
-        orders, eps = self._search(r, None)
-        best = int(np.argmin(eps))
-        self.hint = int(orders[best])
-        return Epsilon(float(max(eps[best], 0.0)), self.delta, self.hint)
+        if r not in self._values:
+            orders, eps = self._search(r, None)
+            best = int(np.argmin(eps))
+            self.hint = int(orders[best])
+            self._values[r] = Epsilon(float(max(eps[best], 0.0)), self.delta, self.hint)
+        return self._values[r]
 
     def reaches(self, r: float, target: float) -> bool:
-        """Whether eps(r) <= target, evaluating only orders whose lower bound is at most the target."""
+        """Whether eps(r) <= target (target > 0), evaluating only orders whose lower bound is at most it."""
+        if r in self._values:
+            return self._values[r].epsilon <= target
         orders, eps = self._search(r, target)
         if eps.size and eps.min() <= target:
             self.hint = int(orders[int(np.argmin(eps))])

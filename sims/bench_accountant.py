@@ -171,10 +171,8 @@ def _timed(action: Callable[[], object]) -> tuple[float, float, object]:
 
 
 def clear_caches() -> None:
-    """Forget everything calibrate_r memoises (binomial tables, tails, log-factorials): a first solve."""
-    for cached in (analysis._log_binomial_table, analysis._log_factorials, analysis._three_or_more,
-                   analysis._bound_constants):
-        cached.cache_clear()
+    """Forget everything calibrate_r memoises (tables of log-binomials, tails, log-factorials): a first solve."""
+    analysis._clear_memoised()
 
 
 def time_setting(setting: Setting, repeats: int) -> dict[str, Any]:
