@@ -1,7 +1,7 @@
 """`dirichlet-fl bench <what>`: speed, memory and accuracy benchmarks, measured side by side (sims/).
 
   steps       one training step: plain cross-entropy vs the Dirichlet loss vs Opacus DP-SGD
-  accountant  one r* solve (calibrate_r) over the paper's settings, vs a plain loop over orders
+  accountant  one r* solve (calibrate_r): the paper's settings, near the floor, 313 random configurations
   simulation  a default federated run on Flower + Ray vs the same arithmetic in a plain loop
   scale       10 to 2,000 clients, a fixed 10 sampled per round: seconds per round, start-up, memory
   accuracy    accuracy vs eps on MNIST digits: none / Dirichlet / DP-SGD, IID, non-IID, centralized
@@ -54,6 +54,8 @@ def _accountant_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="warm solves per configuration (default 5)")
     parser.add_argument("--reference-configs", type=int, default=2,
                         help="configurations also solved by the plain reference loop (default 2; ~1 s each)")
+    parser.add_argument("--groups", default="paper,issue-33,near-floor,random",
+                        help="comma-separated groups of configurations (default: all four)")
 
 
 def _simulation_options(parser: argparse.ArgumentParser) -> None:

@@ -146,6 +146,7 @@ def other_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["bench", "steps", "--batch-size", "0"] + out, "--batch-size"),
         (["bench", "steps", "--device", "tpu"] + out, "--device"),
         (["bench", "accountant", "--repeats", "0"] + out, "--repeats"),
+        (["bench", "accountant", "--groups", "paper,everything"] + out, "--groups"),
         (["bench", "simulation", "--clients", "0"] + out, "--clients"),
         (["bench", "accuracy", "--num-clients", "0"] + out, "--num-clients"),
     ]

@@ -60,13 +60,23 @@ def test_steps_reports_medians_ratios_and_profile(tmp_path: Path, capsys: pytest
 
 
 def test_accountant_matches_the_reference_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    report = run_bench(["accountant", "--repeats", "1", "--reference-configs", "1", "--out", str(tmp_path)], capsys)
+    argv = ["accountant", "--groups", "paper,issue-33", "--repeats", "1", "--reference-configs", "1",
+            "--out", str(tmp_path)]
+    report = run_bench(argv, capsys)
 
-    assert report["median_seconds"] > 0 and report["solves"] + len(report["unreachable"]) == 32
+    assert report["configurations"] == report["solves"] + report["unreachable"] == 36
+    assert set(report["groups"]) == {"paper", "issue-33"} and report["groups"]["issue-33"]["solves"] == 4
+    solved = [row for row in report["grid"] if not row["unreachable"]]
+    assert report["max_warm_seconds"] == max(row["warm_seconds"] for row in solved)
+    assert report["median_cold_cpu_seconds"] == statistics.median(row["cold_cpu_seconds"] for row in solved)
+    assert report["targets"]["median_warm_seconds"]["met"] == (report["median_warm_seconds"] <= 0.005)
+    assert report["over_target"] == 0 and all(row["epsilon_at_r_star"] <= row["epsilon"] for row in solved)
     assert len(report["reference"]) == 1
     assert report["reference_max_abs_r_difference"] < 1e-9
     assert report["speedup_over_reference"] > 0
-    assert all(0 < row["r_star"] < row["alpha"] for row in report["grid"] if not row["unreachable"])
+    assert all(0 < row["r_star"] < row["alpha"] for row in solved)
+    issue = [row for row in solved if row["group"] == "issue-33"]
+    assert [row["order"] for row in issue] == [3327, 3310, 1110, 10]  # issue 33's "order used" column
 
 
 def test_simulation_loop_reproduces_flower(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
