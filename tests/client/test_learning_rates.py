@@ -118,3 +118,25 @@ def test_the_warmup_scales_every_mechanisms_rate_linearly_over_its_rounds(mechan
 def test_a_negative_warmup_is_refused_by_its_key() -> None:
     with pytest.raises(ValueError, match="learning-rate-warmup-rounds"):
         LearningRateConfig(warmup_rounds=-1).validate()
+
+
+@pytest.mark.parametrize("mechanism", ["none", "dirichlet", "dpsgd"])
+def test_adam_trains_a_round_under_every_mechanism_with_fresh_state_each_round(mechanism: str) -> None:
+    """optimizer = "adam" under every mechanism (DP-SGD: Opacus's optimizer wrapping an Adam), and its moments
+    start fresh each round: round 2 from the same global weights and the same ledger gives the same update
+    whatever round 1 trained on, so no state about another round's samples outlives the weights."""
+    config = RunConfig(local_steps=3, num_server_rounds=2, mechanism=mechanism,
+                       lr=LearningRateConfig(optimizer="adam", rate=0.001, warmup_rounds=0))
+    start = initial_model(config, _digits()).state_dict()
+    other = {name: tensor + 0.01 for name, tensor in start.items()}
+    client = Client(0, 4, 1.0)
+    after: list[dict[str, torch.Tensor]] = []
+    for first in (start, other):
+        one = train_round(config, client, None, first, 1)
+        assert one.error_code is None and one.weights is not None and one.mechanism is not None
+        assert one.metrics["learning-rate"] == 0.001  # Adam's own units: no 1/kappa
+        assert any(not torch.equal(one.weights[k], first[k]) for k in first)
+        two = train_round(config, client, one.mechanism.state_dict(), start, 2)
+        assert two.error_code is None and two.weights is not None
+        after.append(two.weights)
+    assert all(torch.equal(after[0][k], after[1][k]) for k in after[0])
