@@ -22,7 +22,7 @@ from flwr.superlink.grid import InMemoryGrid
 from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import SYNTHETIC, RunConfig
 from dirichlet_fl.device import resolve_device
-from dirichlet_fl.metrics import dead_class_note, evaluate_model
+from dirichlet_fl.metrics import RECALL_PREFIX, collapse_note, dead_class_note, evaluate_model
 from dirichlet_fl.paths import APP_DIR
 from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
 from dirichlet_fl.run_model import build_run_model, initial_model
@@ -66,8 +66,11 @@ def _round_line(config: RunConfig, row: dict[str, Any], dead: dict[int, tuple[in
     metrics = _metrics_part(row["central_accuracy"], row["central_balanced_accuracy"], row["central_macro_auc"],
                             row["central_loss"])
     warning = f"  {dead_class_note(dead)}" if dead else ""
+    recalls = [float(value) for key, value in row.items() if key.startswith(f"central_{RECALL_PREFIX}")]
+    collapsed = collapse_note(row.get("central_predicted_classes", math.nan), recalls)
     return (
-        f"round {row['round']}/{config.num_server_rounds}  {metrics}  trained {row['trained']}  "
+        f"round {row['round']}/{config.num_server_rounds}  {collapsed + ': ' if collapsed else ''}{metrics}  "
+        f"trained {row['trained']}  "
         f"refused {row['refused']}  failed {row['failed']}{privacy}{_client_level_part(config, row)}{warning}  "
         f"[{row['seconds']:.1f} s]"
     )
@@ -234,7 +237,11 @@ def _final_part(summary: dict[str, Any]) -> str:
     accuracy, balanced, auc = (math.nan if value is None else value for value in values)
     recalls = [recall for recall in summary["final_per_class_recall"] if recall is not None]
     smallest = f"  min class recall {min(recalls):.4f}" if recalls else ""
-    return f"accuracy {accuracy:.4f}  balanced accuracy {balanced:.4f}  macro AUC {auc:.4f}{smallest}"
+    every = [math.nan if recall is None else recall for recall in summary["final_per_class_recall"]]
+    predicted = summary.get("predicted_classes")
+    collapsed = collapse_note(math.nan if predicted is None else predicted, every)
+    return (f"{collapsed + ': ' if collapsed else ''}accuracy {accuracy:.4f}  balanced accuracy {balanced:.4f}  "
+            f"macro AUC {auc:.4f}{smallest}")
 
 
 def _aggregation_lines(config: RunConfig, summary: dict[str, Any]) -> list[str]:

@@ -66,17 +66,26 @@ def _mean_sd(values: list[float]) -> str:
     return f"{100 * statistics.mean(values):.1f} ± {100 * sd:.1f}"
 
 
+def collapsed_seeds(members: list[dict[str, object]]) -> str:
+    """How many of a group's seeds collapsed to one class ('k of n'), '-' when its rows predate the column."""
+    known = [number(m.get("collapsed", "")) for m in members]
+    if any(math.isnan(value) for value in known):
+        return "-"
+    return f"{sum(1 for value in known if value)} of {len(known)}"
+
+
 def markdown_table(rows: list[dict[str, object]], study: Study) -> str:
     """table.md: one line per (partition, mechanism, eps), metrics in % as mean ± sd over the seeds
-    finished (their number shown), and the largest client eps (delta = 1e-5) over those seeds."""
-    lines = ["| beta | mechanism | eps | seeds | " + " | ".join(HEADERS) + " | max client eps |",
-             "|---" * (5 + len(HEADERS)) + "|"]
+    finished (their number shown), the largest client eps (delta = 1e-5) over those seeds, and how many
+    of them collapsed to one class (their accuracy is a constant predictor's, not a model's)."""
+    lines = ["| beta | mechanism | eps | seeds | " + " | ".join(HEADERS) + " | max client eps | collapsed |",
+             "|---" * (6 + len(HEADERS)) + "|"]
     for (partition, mechanism, epsilon), members in groups(rows, study):
         metrics = [_mean_sd([number(m[name]) for m in members]) for name in METRICS]
         spent = max(number(m["max_client_epsilon"]) for m in members)
         shown = "inf" if math.isinf(epsilon) else f"{epsilon:g}"
         lines.append(f"| {partition} | {mechanism} | {shown} | {len(members)} | " + " | ".join(metrics)
-                     + f" | {rounded_up(spent)} |")
+                     + f" | {rounded_up(spent)} | {collapsed_seeds(members)} |")
     return "\n".join(lines) + "\n"
 
 

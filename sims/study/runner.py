@@ -161,8 +161,8 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
         for row in mapper(tuning_todo):
             tuning_rows.append(row)
             write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS))
-            shown = (f"validation balanced accuracy {row['balanced_accuracy']:.4f}" if row["status"] == "ok"
-                     else str(row["status"]))
+            shown = (f"{_collapsed(row)}validation balanced accuracy {row['balanced_accuracy']:.4f}"
+                     if row["status"] == "ok" else str(row["status"]))
             progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} rate "
                             f"{row['learning_rate']:g} seed {row['seed']}", shown, float(str(row["seconds"])))
         chosen = chosen_rates(study, tuning_rows)
@@ -171,10 +171,15 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
             rows.append(row)
             write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS))
             accuracy = row.get("accuracy")
-            shown = f"accuracy {accuracy:.4f}" if isinstance(accuracy, float) else str(row["status"])
+            shown = f"{_collapsed(row)}accuracy {accuracy:.4f}" if isinstance(accuracy, float) else str(row["status"])
             progress.report(f"beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} seed {row['seed']} "
                             f"rate {row['learning_rate']:g}", shown, float(str(row["seconds"])))
     return rows, tuning_rows
+
+
+def _collapsed(row: dict[str, object]) -> str:
+    """A progress line's flag for a run whose model predicts one class only (never a plain accuracy)."""
+    return "COLLAPSED to one class: " if row.get("collapsed") else ""
 
 
 def _rate(study: Study, cell: Cell, chosen: dict[tuple[str, str, float], float]) -> tuple[float, str]:

@@ -27,7 +27,8 @@ TOLERANCE = 0.01
 """One point of balanced accuracy: the rates this close to the best count as equally good."""
 TUNING_SEED = 0
 TUNING_COLUMNS = ["beta", "mechanism", "epsilon", "seed", "learning_rate", "status", "balanced_accuracy", "accuracy",
-                  "macro_auc", "min_class_recall", "dead_classes", "evaluated_on", "seconds", "cpu_seconds"]
+                  "macro_auc", "min_class_recall", "dead_classes", "evaluated_on", "seconds", "cpu_seconds",
+                  "collapsed", "predicted_classes"]
 
 
 @dataclass(frozen=True)

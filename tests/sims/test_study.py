@@ -67,6 +67,7 @@ def test_a_tiny_study_writes_the_table_and_pictures_and_resume_adds_no_row(tmp_p
         assert (row["rate_source"], row["learning_rate"]) == ("flag", "0.05")
         assert float(row["worst_client_accuracy"]) <= float(row["median_client_accuracy"])
         assert len(row["client_accuracies"].split(";")) == 2
+        assert row["collapsed"] == str(int(row["predicted_classes"] == "1")) and int(row["predicted_classes"]) >= 1
     private = [r for r in rows if r["mechanism"] == "dirichlet"]
     assert all(0 < float(r["max_client_epsilon"]) <= 8 for r in private)
     for picture in ("accuracy_vs_epsilon.png", "client_spread.png", "partition-0.3.png", "partition-iid.png"):
@@ -197,3 +198,27 @@ def test_a_study_json_from_before_the_warmup_resumes_as_no_warmup(tmp_path: Path
     assert resumable(tmp_path, study) == ([], [])
     with pytest.raises(ValueError, match="--warmup-rounds differ"):
         resumable(tmp_path, Study(warmup_rounds=3))
+
+
+def test_a_collapsed_cell_is_flagged_in_its_row_and_counted_in_the_table() -> None:
+    """A cell whose model predicts one class: `collapsed` 1 beside its `dead_classes` count in table.csv, and
+    table.md counts its collapsed seeds; rows from before the column show '-' (not recorded), never 0."""
+    from sims.fedavg_loop import LoopRound
+    from sims.study.cell import final_metrics
+    from sims.study.report import markdown_table
+
+    def final(recalls: tuple[float, ...], predicted: int) -> LoopRound:
+        return LoopRound(20, 0.67, 1.0, 0.5, math.nan, sum(recalls) / len(recalls), 0.8, recalls, predicted,
+                         1, 0, 0, 1.0, 1.0)
+
+    constant = final_metrics(final((1.0, 0.0, 0.0, math.nan), 1))
+    assert (constant["collapsed"], constant["dead_classes"], constant["predicted_classes"]) == (1, 2, 1)
+    alive = final_metrics(final((1.0, 0.5, 0.0, math.nan), 2))
+    assert (alive["collapsed"], alive["dead_classes"]) == (0, 1)
+    base = {"beta": "central", "mechanism": "dirichlet", "epsilon": 1.0, "status": "ok", "max_client_epsilon": 1.0,
+            "worst_client_accuracy": 0.5, "median_client_accuracy": 0.5}
+    rows = [{**base, "seed": s, **metrics} for s, metrics in enumerate((constant, alive, alive))]
+    study = Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",))
+    assert markdown_table(rows, study).splitlines()[-1].endswith("| 1 of 3 |")
+    legacy = [{k: v for k, v in row.items() if k != "collapsed"} for row in rows]
+    assert markdown_table(legacy, study).splitlines()[-1].endswith("| - |")
