@@ -99,7 +99,8 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     from cli.study import rate_flags
     from dirichlet_fl.models import MODELS
     from sims.study.bench_preset import DEFAULTS, SPLITS
-    from sims.study.tuning import DEFAULT_GRID, grid_text
+    from sims.study.plan import MECHANISMS
+    from sims.study.tuning import ADAM_GRID, DEFAULT_GRID, grid_text
 
     def add(flag: str, default: object = None, **options: object) -> None:
         """An option not given is None; its help names the bench's default (`default` is the study's: unused)."""
@@ -122,7 +123,8 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     add("--rounds", type=int)
     add("--local-epochs", type=float)
     add("--batch-size", type=int)
-    rate_flags(parser, add, grid_text(DEFAULT_GRID, ("none", "dirichlet", "dpsgd")))
+    add("--optimizers", help="comma-separated optimizers, each a study axis with its own rate grid: sgd, adam")
+    rate_flags(parser, add, grid_text(DEFAULT_GRID, MECHANISMS), grid_text(ADAM_GRID, MECHANISMS))
     add("--learning-rate-mode", choices=["effective", "adaptive"],
         help="the Dirichlet clients' rate rule (the app's learning-rate-mode)")
     parser.add_argument("--validation", action="store_true",

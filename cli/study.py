@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _options(parser: argparse.ArgumentParser) -> None:
     from sims.study.plan import Study
-    from sims.study.tuning import DEFAULT_GRID, grid_text
+    from sims.study.tuning import ADAM_GRID, DEFAULT_GRID, grid_text
 
     d = Study()
 
@@ -69,7 +69,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
     add("--local-epochs", type=float, default=d.local_epochs)
     add("--batch-size", type=int, default=d.batch_size)
     add("--model", default=d.model)
-    rate_flags(parser, add, grid_text(DEFAULT_GRID, d.mechanisms))
+    add("--optimizers", default=",".join(d.optimizers),
+        help="comma-separated optimizers, each a study axis with its own rate grid: sgd, adam (default sgd)")
+    rate_flags(parser, add, grid_text(DEFAULT_GRID, d.mechanisms), grid_text(ADAM_GRID, d.mechanisms))
     add("--learning-rate-mode", default=d.learning_rate_mode, choices=["effective", "adaptive"],
         help="the Dirichlet clients' rate rule (the app's learning-rate-mode; default effective)")
     add("--validation", action="store_true", help="evaluate the cells on 20%% of the training data, not the test set")
@@ -89,18 +91,21 @@ def _options(parser: argparse.ArgumentParser) -> None:
     add("--json", action="store_true", help="print the summary as one JSON object")
 
 
-def rate_flags(parser: argparse.ArgumentParser, add: Callable[..., None], grid: str) -> None:
-    """The three rate flags and --rate-grid (shared with the `bench accuracy` preset): a rate not given
-    is tuned on the validation split."""
-    tuned = "default: tuned on the validation split over --rate-grid"
-    add("--learning-rate", type=float, default=None, help=f"plain SGD rate of mechanism none ({tuned})")
-    add("--dirichlet-learning-rate", type=float, default=None, help=f"the Dirichlet effective rate ({tuned})")
+def rate_flags(parser: argparse.ArgumentParser, add: Callable[..., None], grid: str, adam_grid: str) -> None:
+    """The three rate flags, --rate-grid and --adam-rate-grid (shared with the `bench accuracy` preset): a
+    rate not given is tuned on the validation split, over its optimizer's grid."""
+    tuned = "in the one optimizer's units; default: tuned on the validation split over its grid"
+    add("--learning-rate", type=float, default=None, help=f"the rate of mechanism none ({tuned})")
+    add("--dirichlet-learning-rate", type=float, default=None,
+        help=f"the Dirichlet rate, SGD's an effective rate ({tuned})")
     add("--dpsgd-learning-rate", type=float, default=None, help=f"DP-SGD's rate ({tuned})")
     add("--rate-grid", default="", metavar="MECH=R1/R2,...",
-        help=f"rates tried per mechanism whose rate flag is not given (default {grid}): seed 0 of every "
+        help=f"SGD's rates tried per mechanism whose rate flag is not given (default {grid}): seed 0 of every "
              "(partition, mechanism, eps) trains once per rate, evaluated on a stratified 20%% of the training "
              "data (never the test split); the smallest rate within 1 point of the best validation balanced "
              "accuracy is chosen. Cost: len(grid) extra runs per cell of one seed (tuning.csv)")
+    add("--adam-rate-grid", default="", metavar="MECH=R1/R2,...",
+        help=f"Adam's rates tried per mechanism, in Adam's own units (default {adam_grid}); as --rate-grid")
 
 
 def execute(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:

@@ -1,10 +1,10 @@
 """Render BENCHMARKS.md's robustness grid (section 11.2) from the committed study folders of
 scripts/robustness_grid.sh in docs/robustness/grid/.
 
-One row per (data, network, loss, warm-up, partition, eps): balanced accuracy's mean over seeds and its
-worst seed, the largest gap of any seed below the non-private run of the same data, network, warm-up,
-partition and seed (the normalised loss's folders hold it, at their own rate grid; a folder without one
-takes the first folder's of its setting), the smallest class recall of any seed, the
+One row per (data, network, loss and optimizer, warm-up, partition, eps): balanced accuracy's mean over
+seeds and its worst seed, the largest gap of any seed below the non-private run of the same data, network,
+warm-up, optimizer, partition and seed (the normalised loss's folders hold it, at their own rate grid; a
+folder without one takes the first folder's of its setting), the smallest class recall of any seed, the
 dead classes (recall 0) summed over seeds and how many seeds had one. A second table condenses the
 federated non-IID rows at eps 1, beside the non-private ones, into the question the grid answers: which
 loss and warm-up keep every class on every seed. Run from the root:
@@ -52,15 +52,23 @@ def _network(config: dict) -> str:
     return f"{config['model']}, norm {config['norm']}"
 
 
-def _loss(config: dict, mechanism: str) -> str:
-    """The loss, and the rates it was tuned over when they are not the study's default grid."""
-    from sims.study.tuning import DEFAULT_GRID, parse_rate_grid
+def _loss(config: dict, mechanism: str, optimizer: str = "sgd") -> str:
+    """The loss, `Adam` for Adam's rows, and the rates it was tuned over when they are not its optimizer's
+    default grid."""
+    from sims.study.tuning import DEFAULT_GRIDS, parse_rate_grid
 
     weighting = config["dirichlet_weighting"]
     loss = "cross-entropy" if mechanism == "none" else weighting + (
         f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else "")
-    rates = parse_rate_grid(config.get("rate_grid", ""))[mechanism]
-    return loss if rates == DEFAULT_GRID[mechanism] else f"{loss}, rates {'/'.join(f'{r:g}' for r in rates)}"
+    loss += ", Adam" if optimizer == "adam" else ""
+    rates = parse_rate_grid(config.get("adam_rate_grid" if optimizer == "adam" else "rate_grid", ""), optimizer)
+    rates_of = rates[mechanism]
+    default = DEFAULT_GRIDS[optimizer][mechanism]
+    return loss if rates_of == default else f"{loss}, rates {'/'.join(f'{r:g}' for r in rates_of)}"
+
+
+def _optimizer(row: dict[str, str]) -> str:
+    return row.get("optimizer") or "sgd"  # rows from before the optimizer column ran SGD
 
 
 def _warmup(config: dict) -> int:
@@ -80,19 +88,22 @@ def grid_rows(grid: Path = GRID) -> list[tuple[Setting, str, str, list[dict[str,
     for c, rows, _ in studies:  # a folder without a non-private run: the first folder of its setting that has one
         for r in rows:
             if r["mechanism"] == "none":
-                key = (_data(c), _network(c), _warmup(c), r["beta"], r["seed"])
+                key = (_data(c), _network(c), _warmup(c), _optimizer(r), r["beta"], r["seed"])
                 shared.setdefault(key, float(r["balanced_accuracy"]))
     groups = []
     for config, rows, _ in studies:
-        own = {(_data(config), _network(config), _warmup(config), r["beta"], r["seed"]): float(r["balanced_accuracy"])
-               for r in rows if r["mechanism"] == "none"}
+        own = {(_data(config), _network(config), _warmup(config), _optimizer(r), r["beta"], r["seed"]):
+               float(r["balanced_accuracy"]) for r in rows if r["mechanism"] == "none"}
         baseline = own or shared
-        for partition, mechanism, epsilon in sorted({(r["beta"], r["mechanism"], r["epsilon"]) for r in rows}):
-            group = [r for r in rows if (r["beta"], r["mechanism"], r["epsilon"]) == (partition, mechanism, epsilon)]
-            keys = [(_data(config), _network(config), _warmup(config), partition, r["seed"]) for r in group]
+        for partition, mechanism, epsilon, optimizer in sorted({(r["beta"], r["mechanism"], r["epsilon"], _optimizer(r))
+                                                                 for r in rows}):
+            group = [r for r in rows
+                     if (r["beta"], r["mechanism"], r["epsilon"], _optimizer(r)) == (partition, mechanism, epsilon,
+                                                                                     optimizer)]
+            keys = [(_data(config), _network(config), _warmup(config), optimizer, partition, r["seed"]) for r in group]
             gaps = [] if mechanism == "none" else [baseline[k] - float(r["balanced_accuracy"])
                                                    for k, r in zip(keys, group) if k in baseline]
-            setting = (_data(config), _network(config), _loss(config, mechanism), _warmup(config))
+            setting = (_data(config), _network(config), _loss(config, mechanism, optimizer), _warmup(config))
             groups.append((setting, partition, epsilon, group, gaps))
     return sorted(groups, key=lambda g: (g[0], g[1], float(g[2])))
 

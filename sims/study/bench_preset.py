@@ -24,7 +24,8 @@ DEFAULTS: dict[str, object] = {
     "dataset": "mnist-idx", "data_root": "data/mnist-t10k", "data_path": "", "num_clients": 10, "model": "lenet",
     "seeds": 3, "epsilons": "0.5,1,2,4,8", "splits": ",".join(SPLITS), "mechanisms": "none,dirichlet,dpsgd",
     "rounds": 20, "local_epochs": 1.0, "batch_size": 32, "learning_rate": None, "dirichlet_learning_rate": None,
-    "dpsgd_learning_rate": None, "rate_grid": "", "learning_rate_mode": "effective", "norm": "default",
+    "dpsgd_learning_rate": None, "rate_grid": "", "adam_rate_grid": "", "optimizers": "sgd",
+    "learning_rate_mode": "effective", "norm": "default",
     "dirichlet_weighting": "normalized", "dirichlet_weight_cap": 20.0, "warmup_rounds": DEFAULT_WARMUP_ROUNDS,
     "workers": 2,
 }
@@ -72,7 +73,7 @@ def run(options: argparse.Namespace, out_dir: Path) -> dict[str, object]:
 
 def summary_lines(report: dict[str, object]) -> list[str]:
     """The markdown table, the rates tuned and where the files are."""
-    rates = [f"{r['mechanism']} beta={r['beta']} eps={float(r['epsilon']):g}: {r['learning_rate']:g}"
+    rates = [f"{r['mechanism']} beta={r['beta']} eps={float(r['epsilon']):g} {r['optimizer']}: {r['learning_rate']:g}"
              for r in report["rates"]]  # type: ignore[attr-defined]
     return [f"{report['rows']} of {report['cells']} cells and {report['tuning_runs']} tuning runs in "
             f"{report['seconds']:.0f} s; metrics (%) mean ± sd over seeds:", str(report["table"]).rstrip(),

@@ -24,7 +24,7 @@ from sims.study.tuning import (
     chosen_rates,
     describe_choice,
     edge_warnings,
-    parse_rate_grid,
+    study_grids,
     tuning_key,
     tuning_runs,
 )
@@ -32,11 +32,12 @@ from sims.study.tuning import (
 
 def _app_checks(study: Study) -> None:
     """The app's own range checks (model, batch size, every rate a run may use) before any training."""
-    grid = parse_rate_grid(study.rate_grid)
-    for mechanism in study.mechanisms:
-        given = given_rate(study, mechanism)
-        for rate in grid[mechanism] if given is None else (given,):
-            run_config(study, Cell(study.partitions[0], mechanism, study.epsilons[0], study.seeds[0]), rate)
+    for optimizer, grid in study_grids(study).items():
+        for mechanism in study.mechanisms:
+            given = given_rate(study, mechanism)
+            for rate in grid[mechanism] if given is None else (given,):
+                cell = Cell(study.partitions[0], mechanism, study.epsilons[0], study.seeds[0], optimizer)
+                run_config(study, cell, rate)
 
 
 def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,

@@ -26,13 +26,22 @@ from typing import Any
 
 from sims.study.cell import COLUMNS, run_cell
 from sims.study.plan import Cell, Study, cells, given_rate
-from sims.study.tuning import TUNING_COLUMNS, TuningRun, chosen_rates, run_tuning, tuning_key, tuning_runs
+from sims.study.tuning import (
+    TUNING_COLUMNS,
+    Group,
+    TuningRun,
+    chosen_rates,
+    optimizer_of,
+    run_tuning,
+    tuning_key,
+    tuning_runs,
+)
 
 STUDY_FILE = "study.json"
 TABLE_FILE = "table.csv"
 TUNING_FILE = "tuning.csv"
-LEGACY_VALUES: dict[str, Any] = {"warmup_rounds": 0}
-"""What a study.json written before a field existed ran with: no warm-up."""
+LEGACY_VALUES: dict[str, Any] = {"warmup_rounds": 0, "optimizers": ["sgd"], "adam_rate_grid": ""}
+"""What a study.json written before a field existed ran with: no warm-up, SGD only."""
 FLAGS = {"partitions": "--betas"}
 """The flag of a Study field whose name is not the flag's (the partitions: --betas, --classes-per-client
 and --site-file together)."""
@@ -63,8 +72,10 @@ def load_study(path: Path) -> Study:
     return Study(**values)
 
 
-def row_key(row: dict[str, object]) -> tuple[str, str, float, int]:
-    return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), int(str(row["seed"])))
+def row_key(row: dict[str, object]) -> tuple[str, str, float, int, str]:
+    """A table.csv row's cell (Cell.key); a row from before the optimizer column ran SGD."""
+    return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), int(str(row["seed"])),
+            optimizer_of(row))
 
 
 def read_rows(path: Path, key: Callable[[dict[str, object]], tuple]) -> list[dict[str, object]]:
@@ -163,8 +174,9 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
             write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS))
             shown = (f"{_collapsed(row)}validation balanced accuracy {row['balanced_accuracy']:.4f}"
                      if row["status"] == "ok" else str(row["status"]))
-            progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} rate "
-                            f"{row['learning_rate']:g} seed {row['seed']}", shown, float(str(row["seconds"])))
+            progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} "
+                            f"{row['optimizer']} rate {row['learning_rate']:g} seed {row['seed']}", shown,
+                            float(str(row["seconds"])))
         chosen = chosen_rates(study, tuning_rows)
         tasks: list[Task] = [(study, cell, *_rate(study, cell, chosen)) for cell in todo]
         for row in mapper(tasks):
@@ -173,7 +185,7 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
             accuracy = row.get("accuracy")
             shown = f"{_collapsed(row)}accuracy {accuracy:.4f}" if isinstance(accuracy, float) else str(row["status"])
             progress.report(f"beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} seed {row['seed']} "
-                            f"rate {row['learning_rate']:g}", shown, float(str(row["seconds"])))
+                            f"{row['optimizer']} rate {row['learning_rate']:g}", shown, float(str(row["seconds"])))
     return rows, tuning_rows
 
 
@@ -182,9 +194,9 @@ def _collapsed(row: dict[str, object]) -> str:
     return "COLLAPSED to one class: " if row.get("collapsed") else ""
 
 
-def _rate(study: Study, cell: Cell, chosen: dict[tuple[str, str, float], float]) -> tuple[float, str]:
-    """The cell's rate and where it comes from: its flag, or the tuning runs' choice."""
+def _rate(study: Study, cell: Cell, chosen: dict[Group, float]) -> tuple[float, str]:
+    """The cell's rate and where it comes from: its flag, or the tuning runs' choice for its optimizer."""
     given = given_rate(study, cell.mechanism)
     if given is not None:
         return given, "flag"
-    return chosen[(cell.partition, cell.mechanism, cell.epsilon)], "validation"
+    return chosen[(cell.partition, cell.mechanism, cell.epsilon, cell.optimizer)], "validation"

@@ -146,7 +146,7 @@ def test_accuracy_resumes_without_rerunning_finished_cells(tmp_path: Path, capsy
     assert (tmp_path / "table.csv").read_text() == table and again["table"] == first["table"]
     (tmp_path / "table.csv").write_text("".join(table.splitlines(keepends=True)[:-1]))  # as if stopped after 1 cell
     partial = run_bench([*argv, "--table-only"], capsys)
-    assert partial["rows"] == 1 and "| iid | none | inf | 1 |" in (tmp_path / "table.md").read_text()
+    assert partial["rows"] == 1 and "| iid | none | sgd | inf | 1 |" in (tmp_path / "table.md").read_text()
 
     parser = OneLineErrorParser(prog="dirichlet-fl")
     bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))

@@ -72,7 +72,7 @@ def test_a_tiny_study_writes_the_table_and_pictures_and_resume_adds_no_row(tmp_p
     assert all(0 < float(r["max_client_epsilon"]) <= 8 for r in private)
     for picture in ("accuracy_vs_epsilon.png", "client_spread.png", "partition-0.3.png", "partition-iid.png"):
         assert (out / picture).stat().st_size > 1000
-    assert "| 0.3 | dirichlet | 8 | 1 |" in (out / "table.md").read_text()
+    assert "| 0.3 | dirichlet | sgd | 8 | 1 |" in (out / "table.md").read_text()
     recorded = json.loads((out / "study.json").read_text())
     assert recorded["data_root"] == "" and recorded["data_path"] == str(data.resolve())  # what the user gave
     assert (recorded["dirichlet_weighting"], recorded["dirichlet_weight_cap"]) == ("normalized", 20.0)

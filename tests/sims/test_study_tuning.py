@@ -4,6 +4,7 @@ without reruns or duplicate rows, and a given rate flag skipping tuning for its 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +177,87 @@ def test_a_rate_chosen_at_the_edge_of_its_grid_is_named_with_the_fix() -> None:
         "widen --rate-grid",
         "tuning beta=0.3 none eps=inf: the rate chosen, 0.1, is the highest of --rate-grid none=0.02/0.05/0.1 "
         "and the only one within a point of the best; a better one may lie above it: widen --rate-grid"]
+
+
+def test_each_optimizer_is_an_axis_tuned_over_its_own_grid_and_resume_refuses_another_list(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--optimizers sgd,adam: each optimizer tunes its own grid (Adam's in its own units), every table.csv and
+    tuning.csv row names its optimizer, table.md and study.json carry it, and --resume with another optimizer
+    list is refused in one line."""
+    data = write_dermamnist(tmp_path / "d.npz")
+    seen: list[tuple[str, float]] = []
+
+    def spy(config: RunConfig, clients: int) -> LoopResult:
+        seen.append((config.lr.optimizer, config.lr.rate))
+        return run_fedavg(config, clients)
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", spy)
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "central", *TINY, "--seeds", "1", "--mechanisms",
+            "dirichlet", "--optimizers", "sgd,adam", "--rate-grid", "dirichlet=0.05/0.1",
+            "--adam-rate-grid", "dirichlet=0.001/0.003", "--out", str(out)]
+    assert main(argv) == 0
+    assert sorted(seen) == [("adam", 0.001), ("adam", 0.003), ("sgd", 0.05), ("sgd", 0.1)]
+    tuning = tuning_rows(out)
+    with open(out / "table.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert {r["optimizer"] for r in tuning} == {r["optimizer"] for r in table} == {"sgd", "adam"}
+    for row in table:
+        mine = [x for x in tuning if x["optimizer"] == row["optimizer"]]
+        assert float(row["learning_rate"]) == choose_rate(mine)  # each optimizer chose from its own runs
+    recorded = json.loads((out / "study.json").read_text())
+    assert recorded["optimizers"] == ["sgd", "adam"]
+    assert (recorded["rate_grid"], recorded["adam_rate_grid"]) == ("dirichlet=0.05/0.1", "dirichlet=0.001/0.003")
+    markdown = (out / "table.md").read_text()
+    assert "| central | dirichlet | sgd | 8 | 1 |" in markdown and "| central | dirichlet | adam | 8 | 1 |" in markdown
+
+    capsys.readouterr()
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    changed = [*argv, "--resume"]
+    changed[changed.index("sgd,adam")] = "adam"
+    assert main(changed) == 2
+    error = capsys.readouterr().err
+    assert "was made with other settings (--optimizers, --rate-grid differ)" in error and error.count("\n") == 1
+
+
+def test_a_rate_flag_beside_two_optimizers_is_refused_before_training(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_dermamnist(tmp_path / "d.npz")
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    for extra, message in ((["--optimizers", "sgd,adam", "--dirichlet-learning-rate", "0.05"],
+                            "--dirichlet-learning-rate with --optimizers=sgd,adam"),
+                           (["--optimizers", "sgd,lbfgs"], "--optimizers='sgd,lbfgs' is invalid"),
+                           (["--adam-rate-grid", "dirichlet=-1"], "--adam-rate-grid dirichlet=-1 is out of range")):
+        argv = ["study", "--data-path", str(data), "--betas", "central", *TINY, *extra, "--out", str(tmp_path / "x")]
+        assert main(argv) == 2
+        error = capsys.readouterr().err
+        assert message in error and error.count("\n") == 1
+
+
+def test_a_study_folder_from_before_the_optimizer_axis_resumes_and_renders_as_sgd(tmp_path: Path) -> None:
+    """A study.json without `optimizers` ran SGD: it resumes as an SGD-only study (no cell reruns: its rows,
+    which have no optimizer column, are SGD's) and its table renders with sgd; any other list is refused."""
+    from sims.study.cell import COLUMNS
+    from sims.study.plan import Study, cells
+    from sims.study.report import markdown_table
+    from sims.study.runner import STUDY_FILE, csv_text, describe, load_study, resumable, row_key
+
+    study = Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,), warmup_rounds=0)
+    legacy = json.loads(describe(study))
+    for key in ("optimizers", "adam_rate_grid"):
+        del legacy[key]
+    (tmp_path / STUDY_FILE).write_text(json.dumps(legacy))
+    old_columns = [c for c in COLUMNS if c not in ("optimizer", "collapsed", "predicted_classes")]
+    row = {"beta": "central", "epsilon": 1.0, "mechanism": "dirichlet", "seed": 0, "status": "ok", "accuracy": 0.9,
+           "balanced_accuracy": 0.8, "macro_auc": 0.9, "worst_client_accuracy": 0.9, "median_client_accuracy": 0.9,
+           "max_client_epsilon": 1.0, "learning_rate": 0.05, "client_accuracies": "0.9"}
+    (tmp_path / "table.csv").write_text(csv_text([row], old_columns))
+    assert load_study(tmp_path / STUDY_FILE).optimizers == ("sgd",)
+    done, _ = resumable(tmp_path, study)
+    assert [row_key(r) for r in done] == [cell.key for cell in cells(study)]  # nothing left to run
+    assert "| central | dirichlet | sgd | 1 | 1 |" in markdown_table(done, study)
+    with pytest.raises(ValueError, match="--optimizers differ"):
+        resumable(tmp_path, Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,),
+                                  warmup_rounds=0, optimizers=("sgd", "adam")))
