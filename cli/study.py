@@ -106,6 +106,9 @@ def rate_flags(parser: argparse.ArgumentParser, add: Callable[..., None], grid: 
              "accuracy is chosen. Cost: len(grid) extra runs per cell of one seed (tuning.csv)")
     add("--adam-rate-grid", default="", metavar="MECH=R1/R2,...",
         help=f"Adam's rates tried per mechanism, in Adam's own units (default {adam_grid}); as --rate-grid")
+    add("--rate-extension-steps", type=int, default=2,
+        help="when the rate chosen is the only good one and at an end of its grid, try one more geometric step "
+             "that way, up to this many each way (default 2; 0: never; tuning.csv's `extension` column)")
 
 
 def execute(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:

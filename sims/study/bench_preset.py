@@ -25,6 +25,7 @@ DEFAULTS: dict[str, object] = {
     "seeds": 3, "epsilons": "0.5,1,2,4,8", "splits": ",".join(SPLITS), "mechanisms": "none,dirichlet,dpsgd",
     "rounds": 20, "local_epochs": 1.0, "batch_size": 32, "learning_rate": None, "dirichlet_learning_rate": None,
     "dpsgd_learning_rate": None, "rate_grid": "", "adam_rate_grid": "", "optimizers": "sgd",
+    "rate_extension_steps": 2,
     "learning_rate_mode": "effective", "norm": "default",
     "dirichlet_weighting": "normalized", "dirichlet_weight_cap": 20.0, "warmup_rounds": DEFAULT_WARMUP_ROUNDS,
     "workers": 2,

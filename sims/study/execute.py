@@ -21,7 +21,6 @@ from sims.study.runner import (
     write_atomically,
 )
 from sims.study.tuning import (
-    chosen_rates,
     describe_choice,
     edge_warnings,
     study_grids,
@@ -53,7 +52,7 @@ def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
     rows, tuning_rows = (done, tuned) if table_only else run_all(study, workers, out_dir, done, tuned)
     keys = {cell.key for cell in cells(study)}
     rows = [row for row in rows if row_key(row) in keys]
-    wanted = {run.key for run in tuning_runs(study)}
+    wanted = {run.key for run in tuning_runs(study, tuning_rows)}
     tuning_rows = [row for row in tuning_rows if tuning_key(row) in wanted]
     write_atomically(out_dir / "table.md", markdown_table(rows, study))
     plot_accuracy(rows, study, out_dir / "accuracy_vs_epsilon.png")
@@ -62,7 +61,7 @@ def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
     complete = len(tuning_rows) == len(wanted)
     return {"seconds": time.perf_counter() - start, "cells": len(keys), "rows": len(rows), "resumed": len(done),
             "tuning_runs": len(tuning_rows), "tuning_resumed": len(tuned),
-            "rates": describe_choice(chosen_rates(study, tuning_rows)) if complete else [],
+            "rates": describe_choice(study, tuning_rows) if complete else [],
             "rate_warnings": edge_warnings(study, tuning_rows) if complete else [],
             "table": markdown_table(rows, study), "out": str(out_dir),
             "files": [str(out_dir / name) for name in (STUDY_FILE, TABLE_FILE, TUNING_FILE, "table.md")],

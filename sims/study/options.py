@@ -10,7 +10,7 @@ from dirichlet_fl.config import OPTIMIZERS
 from dirichlet_fl.data import NPZ, dataset_num_classes
 from sims.study.data_file import check_medmnist_layout
 from sims.study.plan import MECHANISMS, RATE_FLAGS, Study, parse_partition
-from sims.study.tuning import grid_text, parse_rate_grid
+from sims.study.tuning import MAX_EXTENSION_STEPS, grid_text, parse_rate_grid
 
 
 def numbers(flag: str, text: str, kind: type = float) -> tuple:
@@ -38,7 +38,9 @@ def _check_ranges(args: argparse.Namespace, partitions: tuple, epsilons: tuple, 
                "a subset of none,dirichlet,dpsgd"),
               ("--seeds", args.seeds >= 1, "give >= 1"), ("--workers", args.workers >= 1, "give >= 1"),
               ("--num-clients", args.num_clients >= 2, "give >= 2"),
-              ("--warmup-rounds", args.warmup_rounds >= 0, "give >= 0 (0: no warm-up)")]
+              ("--warmup-rounds", args.warmup_rounds >= 0, "give >= 0 (0: no warm-up)"),
+              ("--rate-extension-steps", 0 <= args.rate_extension_steps <= MAX_EXTENSION_STEPS,
+               f"give 0 to {MAX_EXTENSION_STEPS} (0: never extend the grid)")]
     for flag, ok, fix in checks:
         if not ok:
             raise ValueError(f"{flag}={getattr(args, flag[2:].replace('-', '_'))!r} is out of range: {fix}")
@@ -81,6 +83,7 @@ def study_of(args: argparse.Namespace) -> Study:
                  local_epochs=args.local_epochs, batch_size=args.batch_size, learning_rate=rates["none"],
                  dirichlet_learning_rate=rates["dirichlet"], dpsgd_learning_rate=rates["dpsgd"],
                  rate_grid=grids["sgd"], optimizers=optimizers, adam_rate_grid=grids["adam"],
+                 rate_extension_steps=args.rate_extension_steps,
                  learning_rate_mode=args.learning_rate_mode, validation=args.validation, norm=args.norm,
                  dirichlet_weighting=args.dirichlet_weighting, dirichlet_weight_cap=args.dirichlet_weight_cap,
                  warmup_rounds=args.warmup_rounds, device=args.device)

@@ -62,6 +62,10 @@ class Study:
     rate, tuned over its own grid. A study.json from before the axis existed ran SGD only."""
     adam_rate_grid: str = ""
     """Adam's rates tried for each tuned mechanism (Adam's own units), as rate_grid; empty without Adam."""
+    rate_extension_steps: int = 2
+    """When the rate chosen is the only good one and at an end of the rates tried, the tuner tries one more
+    geometric step beyond that end, up to this many each way (sims/study/tuning.py); 0: never. A study.json
+    from before it existed never extended."""
     learning_rate_mode: str = "effective"
     max_grad_norm: float = 1.0
     alpha: float = 3.0

@@ -40,8 +40,9 @@ from sims.study.tuning import (
 STUDY_FILE = "study.json"
 TABLE_FILE = "table.csv"
 TUNING_FILE = "tuning.csv"
-LEGACY_VALUES: dict[str, Any] = {"warmup_rounds": 0, "optimizers": ["sgd"], "adam_rate_grid": ""}
-"""What a study.json written before a field existed ran with: no warm-up, SGD only."""
+LEGACY_VALUES: dict[str, Any] = {"warmup_rounds": 0, "optimizers": ["sgd"], "adam_rate_grid": "",
+                                 "rate_extension_steps": 0}
+"""What a study.json written before a field existed ran with: no warm-up, SGD only, no grid extension."""
 FLAGS = {"partitions": "--betas"}
 """The flag of a Study field whose name is not the flag's (the partitions: --betas, --classes-per-client
 and --site-file together)."""
@@ -160,8 +161,7 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
             tuned: list[dict[str, object]]) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """Run every tuning run not in `tuned`, then every cell not in `done` (on `workers` processes; 1: in
     this process), keeping tuning.csv and table.csv current; return both files' rows."""
-    finished_tuning = {tuning_key(row) for row in tuned}
-    tuning_todo: list[Task] = [(study, run) for run in tuning_runs(study) if run.key not in finished_tuning]
+    tuning_todo = _tuning_todo(study, tuned)
     finished = {row_key(row) for row in done}
     todo = [cell for cell in cells(study) if cell.key not in finished]
     progress = Progress(len(tuning_todo) + len(todo))
@@ -169,14 +169,17 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
     write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS))
     write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS))
     with _mapper(workers if len(tuning_todo) + len(todo) > 1 else 1) as mapper:
-        for row in mapper(tuning_todo):
-            tuning_rows.append(row)
-            write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS))
-            shown = (f"{_collapsed(row)}validation balanced accuracy {row['balanced_accuracy']:.4f}"
-                     if row["status"] == "ok" else str(row["status"]))
-            progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} "
-                            f"{row['optimizer']} rate {row['learning_rate']:g} seed {row['seed']}", shown,
-                            float(str(row["seconds"])))
+        while tuning_todo:  # the grid's runs, then each wave of extensions beyond an edge they chose
+            for row in mapper(tuning_todo):
+                tuning_rows.append(row)
+                write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS))
+                shown = (f"{_collapsed(row)}validation balanced accuracy {row['balanced_accuracy']:.4f}"
+                         if row["status"] == "ok" else str(row["status"]))
+                progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} "
+                                f"{row['optimizer']} rate {row['learning_rate']:g} seed {row['seed']}", shown,
+                                float(str(row["seconds"])))
+            tuning_todo = _tuning_todo(study, tuning_rows)
+            progress.total += len(tuning_todo)
         chosen = chosen_rates(study, tuning_rows)
         tasks: list[Task] = [(study, cell, *_rate(study, cell, chosen)) for cell in todo]
         for row in mapper(tasks):
@@ -187,6 +190,12 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
             progress.report(f"beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} seed {row['seed']} "
                             f"{row['optimizer']} rate {row['learning_rate']:g}", shown, float(str(row["seconds"])))
     return rows, tuning_rows
+
+
+def _tuning_todo(study: Study, rows: list[dict[str, object]]) -> list[Task]:
+    """The tuning runs the study needs, given the finished `rows`, that none of them is."""
+    finished = {tuning_key(row) for row in rows}
+    return [(study, run) for run in tuning_runs(study, rows) if run.key not in finished]
 
 
 def _collapsed(row: dict[str, object]) -> str:

@@ -30,12 +30,15 @@ paper's Appendix G rate."""
 DEFAULT_GRIDS = {"sgd": DEFAULT_GRID, "adam": ADAM_GRID}
 GRID_FLAGS = {"sgd": "--rate-grid", "adam": "--adam-rate-grid"}
 """Each optimizer's grid flag (and the Study field it fills: rate_grid, adam_rate_grid)."""
+MAX_EXTENSION_STEPS = 5
+"""--rate-extension-steps must be at most this: each step is a whole tuning run per group."""
 TOLERANCE = 0.01
 """One point of balanced accuracy: the rates this close to the best count as equally good."""
 TUNING_SEED = 0
 TUNING_COLUMNS = ["beta", "mechanism", "epsilon", "seed", "learning_rate", "status", "balanced_accuracy", "accuracy",
                   "macro_auc", "min_class_recall", "dead_classes", "evaluated_on", "seconds", "cpu_seconds",
-                  "collapsed", "predicted_classes", "optimizer"]
+                  "collapsed", "predicted_classes", "optimizer", "extension"]
+"""`extension`: 0 for a rate of the grid, -k / +k for the k-th step the tuner tried below / above it."""
 
 
 Group = tuple[str, str, float, str]
@@ -51,6 +54,8 @@ class TuningRun:
     epsilon: float
     rate: float
     optimizer: str = "sgd"
+    extension: int = 0
+    """0: a rate of the grid; -k / +k: the k-th geometric step below / above it (extended_rates)."""
 
     @property
     def key(self) -> tuple[str, str, float, str, float]:
@@ -89,13 +94,59 @@ def grid_text(grid: dict[str, tuple[float, ...]], mechanisms: tuple[str, ...]) -
     return ",".join(f"{m}={'/'.join(f'{rate:g}' for rate in grid[m])}" for m in MECHANISMS if m in mechanisms)
 
 
-def tuning_runs(study: Study) -> list[TuningRun]:
-    """Every tuning run of the study, in the order of its cells (the headline eps first)."""
+def tuning_runs(study: Study, rows: list[dict[str, object]] | tuple = ()) -> list[TuningRun]:
+    """Every tuning run of the study, in the order of its cells (the headline eps first): each group's grid,
+    then the extensions beyond an edge that its finished `rows` call for (extended_rates)."""
     grids = study_grids(study)
     tuned = tuned_mechanisms(study)
-    return [TuningRun(cell.partition, cell.mechanism, cell.epsilon, rate, cell.optimizer)
-            for cell in cells(study) if cell.seed == TUNING_SEED and cell.mechanism in tuned
-            for rate in grids[cell.optimizer][cell.mechanism]]
+    groups = [cell for cell in cells(study) if cell.seed == TUNING_SEED and cell.mechanism in tuned]
+    by_group: dict[Group, dict[float, dict[str, object]]] = {}
+    for row in rows:
+        key = tuning_key(row)
+        by_group.setdefault(key[:4], {}).setdefault(key[4], row)
+    runs = []
+    for cell in groups:
+        group: Group = (cell.partition, cell.mechanism, cell.epsilon, cell.optimizer)
+        grid = grids[cell.optimizer][cell.mechanism]
+        runs += [TuningRun(*group[:3], rate, cell.optimizer) for rate in grid]
+        runs += [TuningRun(*group[:3], rate, cell.optimizer, step) for step, rate in
+                 extended_rates(grid, by_group.get(group, {}), study.rate_extension_steps)]
+    return runs
+
+
+def next_step(rate: float, ratio: float) -> float:
+    """`rate` times `ratio`, to two significant digits (a rate one geometric step of the grid beyond `rate`)."""
+    return float(f"{rate * ratio:.2g}")
+
+
+def extended_rates(
+    grid: tuple[float, ...], done: dict[float, dict[str, object]], steps: int
+) -> list[tuple[int, float]]:
+    """The rates beyond `grid` the tuner tries, as (step, rate), step -k / +k the k-th below / above, given the
+    group's finished rows by rate (`done`): while every rate tried so far has finished and the only good one
+    (good_rates) is the lowest or the highest, one more step that way, a geometric step of the grid's own end
+    (0.02/0.05/0.1: x 1/2.5 below, x 2 above), at most `steps` each way. A grid of one rate is not extended."""
+    if len(grid) < 2 or steps < 1:
+        return []
+    tried, extra, below, above = list(grid), [], 0, 0
+    while all(rate in done for rate in tried):
+        try:
+            good = good_rates([done[rate] for rate in tried])
+        except ValueError:  # nothing finished: no rate to extend from
+            break
+        if len(good) != 1:
+            break
+        if good[0] == tried[0] and below < steps:
+            below += 1
+            tried.insert(0, next_step(tried[0], grid[0] / grid[1]))
+            extra.append((-below, tried[0]))
+        elif good[0] == tried[-1] and above < steps:
+            above += 1
+            tried.append(next_step(tried[-1], grid[-1] / grid[-2]))
+            extra.append((above, tried[-1]))
+        else:
+            break
+    return extra
 
 
 def run_tuning(study: Study, run: TuningRun) -> dict[str, object]:
@@ -106,7 +157,7 @@ def run_tuning(study: Study, run: TuningRun) -> dict[str, object]:
     result = run_fedavg(config, clients_of(study, run.partition))
     row: dict[str, object] = {"beta": run.partition, "mechanism": run.mechanism, "epsilon": run.epsilon,
                               "seed": TUNING_SEED, "learning_rate": run.rate, "evaluated_on": "validation",
-                              "optimizer": run.optimizer}
+                              "optimizer": run.optimizer, "extension": run.extension}
     metrics = final_metrics(result.rounds[-1]) if result.rounds else {}
     return {**row, "status": "ok" if metrics else "no-rounds", **metrics,
             "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
@@ -140,7 +191,7 @@ def choose_rate(rows: list[dict[str, object]]) -> float:
 
 def tuning_groups(study: Study, rows: list[dict[str, object]]) -> dict[Group, list[dict[str, object]]]:
     """The study's tuning rows by (partition, mechanism, eps, optimizer), rows of other studies left out."""
-    wanted = {run.key for run in tuning_runs(study)}
+    wanted = {run.key for run in tuning_runs(study, rows)}
     groups: dict[Group, list[dict[str, object]]] = {}
     for row in rows:
         key = tuning_key(row)
@@ -167,25 +218,36 @@ def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[Group, flo
 
 
 def edge_warnings(study: Study, rows: list[dict[str, object]]) -> list[str]:
-    """One line per tuned group whose only good rate (good_rates) is the lowest or the highest of its grid
-    of two or more rates: the best rate may lie outside the grid, so the cells may run at a worse one (the
-    robustness grid of BENCHMARKS.md section 11.2 found GroupNorm networks tuned to the grid's lowest rate,
-    and collapsing). A tie with an inner rate is no warning: the best lies inside."""
+    """One line per tuned group whose only good rate (good_rates) is still the lowest or the highest of the
+    two or more rates tried once the grid has been extended as far as --rate-extension-steps allows: the best
+    rate may lie beyond, so the cells may run at a worse one (the robustness grid of BENCHMARKS.md section
+    11.2 found GroupNorm networks tuned to the grid's lowest rate, and collapsing). A tie with an inner rate is
+    no warning: the best lies inside."""
     grids = study_grids(study)
     lines = []
     for group, members in tuning_groups(study, rows).items():
         mechanism, optimizer = group[1], group[3]
-        rates, good, flag = grids[optimizer][mechanism], good_rates(members), GRID_FLAGS[optimizer]
-        if len(rates) < 2 or len(good) != 1 or good[0] not in (rates[0], rates[-1]):
+        grid, good, flag = grids[optimizer][mechanism], good_rates(members), GRID_FLAGS[optimizer]
+        tried = sorted({float(str(r["learning_rate"])) for r in members})
+        if len(grid) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
             continue
-        edge, side = ("lowest", "below") if good[0] == rates[0] else ("highest", "above")
-        lines.append(f"tuning {describe_group(group)}: the rate chosen, {good[0]:g}, is the {edge} of {flag} "
-                     f"{mechanism}={'/'.join(f'{r:g}' for r in rates)} and the only one within a point of the best; "
-                     f"a better one may lie {side} it: widen {flag}")
+        edge, side = ("lowest", "below") if good[0] == tried[0] else ("highest", "above")
+        beyond = [r for r in tried if (r < grid[0] if side == "below" else r > grid[-1])]
+        grid_text_ = f"{flag} {mechanism}={'/'.join(f'{r:g}' for r in grid)}"
+        where = (f"the {edge} of {grid_text_}" if not beyond else
+                 f"the {edge} of the rates tried ({grid_text_} and {len(beyond)} step{'s' * (len(beyond) > 1)} "
+                 f"{side} it, {'/'.join(f'{r:g}' for r in beyond)}: the most --rate-extension-steps="
+                 f"{study.rate_extension_steps} allows)")
+        lines.append(f"tuning {describe_group(group)}: the rate chosen, {good[0]:g}, is {where} and the only one "
+                     f"within a point of the best; a better one may lie {side} it: widen {flag}")
     return lines
 
 
-def describe_choice(choices: dict[Group, float]) -> list[dict[str, object]]:
-    """The choices as rows (for the summary and strict JSON: eps infinity as 'inf')."""
+def describe_choice(study: Study, rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each tuned group's choice and every rate it tried, grid and extensions (for the summary and strict
+    JSON: eps infinity as 'inf')."""
+    tried = {group: sorted({float(str(r["learning_rate"])) for r in members})
+             for group, members in tuning_groups(study, rows).items()}
     return [{"beta": p, "mechanism": m, "epsilon": e if math.isfinite(e) else "inf", "delta": PAPER_DELTA,
-             "optimizer": o, "learning_rate": rate} for (p, m, e, o), rate in choices.items()]
+             "optimizer": o, "learning_rate": rate, "tried": tried[(p, m, e, o)]}
+            for (p, m, e, o), rate in chosen_rates(study, rows).items()]

@@ -95,7 +95,8 @@ ACCURACY = ["accuracy", "--dataset", "digits", "--data-root", "", "--num-clients
 def test_accuracy_is_a_study_preset_writing_the_studys_outputs(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     argv = [*ACCURACY, "--epsilons", "4", "--splits", "iid,noniid,central", "--mechanisms", "none,dirichlet",
-            "--learning-rate", "0.05", "--rate-grid", "dirichlet=0.05/0.1", "--out", str(tmp_path)]
+            "--learning-rate", "0.05", "--rate-grid", "dirichlet=0.05/0.1", "--rate-extension-steps", "0",
+            "--out", str(tmp_path)]
     report = run_bench(argv, capsys)
 
     assert (report["cells"], report["rows"], report["tuning_runs"]) == (6, 6, 6)  # 3 splits x (none, eps 4)

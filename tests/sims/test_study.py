@@ -190,14 +190,14 @@ def test_a_study_json_from_before_the_warmup_resumes_as_no_warmup(tmp_path: Path
     takes it, any other warm-up is refused as a changed setting."""
     from sims.study.runner import STUDY_FILE, describe, load_study, resumable
 
-    study = Study(warmup_rounds=0)
+    study = Study(warmup_rounds=0, rate_extension_steps=0)
     legacy = json.loads(describe(study))
-    del legacy["warmup_rounds"]
+    del legacy["warmup_rounds"], legacy["rate_extension_steps"]
     (tmp_path / STUDY_FILE).write_text(json.dumps(legacy))
     assert load_study(tmp_path / STUDY_FILE).warmup_rounds == 0
     assert resumable(tmp_path, study) == ([], [])
     with pytest.raises(ValueError, match="--warmup-rounds differ"):
-        resumable(tmp_path, Study(warmup_rounds=3))
+        resumable(tmp_path, Study(warmup_rounds=3, rate_extension_steps=0))
 
 
 def test_a_collapsed_cell_is_flagged_in_its_row_and_counted_in_the_table() -> None:

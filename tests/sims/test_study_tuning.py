@@ -21,7 +21,9 @@ from sims.study.runner import TUNING_FILE
 from sims.study.tuning import choose_rate
 from tests.sims.test_study import write_dermamnist
 
-TINY = ["--num-clients", "2", "--epsilons", "8", "--seeds", "2", "--rounds", "1", "--local-epochs", "0.5"]
+TINY = ["--num-clients", "2", "--epsilons", "8", "--seeds", "2", "--rounds", "1", "--local-epochs", "0.5",
+        "--rate-extension-steps", "0"]
+"""A tiny study; no grid extension unless a test asks for it (it would add runs where a grid's edge wins)."""
 
 
 def tuning_rows(out: Path) -> list[dict[str, str]]:
@@ -244,9 +246,10 @@ def test_a_study_folder_from_before_the_optimizer_axis_resumes_and_renders_as_sg
     from sims.study.report import markdown_table
     from sims.study.runner import STUDY_FILE, csv_text, describe, load_study, resumable, row_key
 
-    study = Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,), warmup_rounds=0)
+    study = Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,), warmup_rounds=0,
+                  rate_extension_steps=0)
     legacy = json.loads(describe(study))
-    for key in ("optimizers", "adam_rate_grid"):
+    for key in ("optimizers", "adam_rate_grid", "rate_extension_steps"):
         del legacy[key]
     (tmp_path / STUDY_FILE).write_text(json.dumps(legacy))
     old_columns = [c for c in COLUMNS if c not in ("optimizer", "collapsed", "predicted_classes")]
@@ -260,4 +263,64 @@ def test_a_study_folder_from_before_the_optimizer_axis_resumes_and_renders_as_sg
     assert "| central | dirichlet | sgd | 1 | 1 |" in markdown_table(done, study)
     with pytest.raises(ValueError, match="--optimizers differ"):
         resumable(tmp_path, Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,),
-                                  warmup_rounds=0, optimizers=("sgd", "adam")))
+                                  warmup_rounds=0, rate_extension_steps=0, optimizers=("sgd", "adam")))
+
+
+def test_the_grid_is_extended_geometrically_beyond_an_edge_rate_a_bounded_number_of_steps() -> None:
+    from sims.study.tuning import extended_rates
+
+    def done(scores: dict[float, float]) -> dict[float, dict[str, object]]:
+        return {rate: {"learning_rate": rate, "balanced_accuracy": score, "status": "ok"}
+                for rate, score in scores.items()}
+
+    grid = (0.02, 0.05, 0.1)
+    assert extended_rates(grid, done({0.02: 0.9, 0.05: 0.5}), 2) == []  # the grid has not finished
+    assert extended_rates(grid, done({0.02: 0.9, 0.05: 0.5, 0.1: 0.4}), 2) == [(-1, 0.008)]  # x 1/2.5: pending
+    lowest = done({0.0032: 0.95, 0.008: 0.92, 0.02: 0.9, 0.05: 0.5, 0.1: 0.4})
+    assert extended_rates(grid, lowest, 2) == [(-1, 0.008), (-2, 0.0032)]  # the bound: no third step
+    assert extended_rates(grid, lowest, 0) == []
+    inside = done({0.008: 0.85, 0.02: 0.9, 0.05: 0.5, 0.1: 0.4})
+    assert extended_rates(grid, inside, 2) == [(-1, 0.008)]  # 0.02 is inside now: stop
+    highest = done({0.02: 0.5, 0.05: 0.6, 0.1: 0.9, 0.2: 0.95})
+    assert extended_rates(grid, highest, 2) == [(1, 0.2), (2, 0.4)]  # x 2 above
+    assert extended_rates(grid, done({0.02: 0.9, 0.05: 0.895, 0.1: 0.4}), 2) == []  # a tie inside: no extension
+    assert extended_rates((0.05,), done({0.05: 0.9}), 2) == []  # one rate: nothing to extend from
+
+
+def test_the_tuner_extends_an_edge_choice_records_what_it_tried_and_warns_only_at_the_bound(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation balanced accuracy falling with the rate: the tuner tries 2 steps below the grid, records
+    them in tuning.csv (`extension` -1, -2) and the summary's `tried`, runs the cells at the lowest, and warns
+    because the bound was hit."""
+    data = write_dermamnist(tmp_path / "d.npz")
+    real = study_tuning.run_fedavg
+
+    def falling(config: RunConfig, clients: int) -> LoopResult:
+        result = real(config, clients)
+        last = result.rounds[-1]
+        score = 1.0 - config.lr.rate  # the smaller the rate, the better
+        result.rounds[-1] = type(last)(**{**last.__dict__, "central_balanced_accuracy": score})
+        return result
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", falling)
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "central", *TINY, "--seeds", "1", "--mechanisms", "none",
+            "--rate-grid", "none=0.1/0.3", "--rate-extension-steps", "2", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    rows = tuning_rows(out)
+    assert [(float(r["learning_rate"]), int(r["extension"])) for r in rows] == [
+        (0.1, 0), (0.3, 0), (0.033, -1), (0.011, -2)]
+    report = json.loads(captured.out)
+    assert [(r["learning_rate"], r["tried"]) for r in report["rates"]] == [(0.011, [0.011, 0.033, 0.1, 0.3])]
+    with open(out / "table.csv", newline="") as handle:
+        assert {r["learning_rate"] for r in csv.DictReader(handle)} == {"0.011"}
+    assert report["rate_warnings"] == [
+        "tuning beta=central none eps=inf: the rate chosen, 0.011, is the lowest of the rates tried (--rate-grid "
+        "none=0.1/0.3 and 2 steps below it, 0.011/0.033: the most --rate-extension-steps=2 allows) and the only "
+        "one within a point of the best; a better one may lie below it: widen --rate-grid"]
+    assert "warning: tuning beta=central none eps=inf" in captured.err
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)  # --resume: every extension run is done
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    assert main([*argv, "--resume"]) == 0
