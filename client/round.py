@@ -213,7 +213,7 @@ def train_round(
         model = build_run_model(config, data).to(shard.train_x.device)
         load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard, server_round)
-        wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.lr.optimizer, model, learning_rate))
+        wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.training.optimizer, model, learning_rate))
         generator = client_generator(
             config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce
         )

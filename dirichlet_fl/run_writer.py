@@ -238,7 +238,7 @@ class RunWriter:
             directory = Path(config.results_dir) / f"{name}-{suffix}"
         writer = cls(directory, config, num_clients, covers, num_classes)
         directory.mkdir(parents=True, exist_ok=False)
-        _write_json(directory / "config.json", {"run_config": config.to_run_config(), "num_clients": num_clients})
+        _write_json(directory / "config.json", {"run_config": config.resolved_run_config(), "num_clients": num_clients})
         write_atomically(directory / "rounds.csv", _csv_text(writer.columns, [], header=True).encode())
         write_atomically(directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, [], header=True).encode())
         return writer

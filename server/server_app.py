@@ -108,7 +108,11 @@ def main(grid: Grid, context: Context) -> None:
     except OSError as error:  # a read-only or full results-dir: one line, nothing half written
         log(ERROR, "%s %s (cannot write the run folder: %s)", STATUS_LINE, FAILED, one_line(error))
         return
-    log(INFO, "dirichlet-fl: %s, %d clients, writing %s", config.mechanism, num_clients, writer.directory)
+    training = config.training
+    log(INFO, "dirichlet-fl: %s, %d clients, %s at %g (%s), warm-up %d rounds, writing %s", config.mechanism,
+        num_clients, training.optimizer, training.rate,
+        "Adam's own units" if training.optimizer == "adam" else f"SGD, learning-rate-mode {config.lr.mode}",
+        training.warmup_rounds, writer.directory)
     skipped = {} if config.data.dataset == SYNTHETIC else too_small_to_train(  # synthetic: checked by the config
         config, federated_split(config.split_spec(num_clients)))
     strategy.skip(set(skipped))

@@ -63,8 +63,22 @@ def optimizers_of(args: argparse.Namespace, rates: dict[str, float | None]) -> t
     return optimizers
 
 
+def with_network_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with --optimizers and --warmup-rounds, where not given (None), the network's own: its Recipe
+    (dirichlet_fl.models), for --model with --norm."""
+    from dirichlet_fl.models import recipe
+
+    own = recipe(args.model, args.norm)
+    return argparse.Namespace(**{**vars(args),
+                                 "optimizers": own.optimizer if args.optimizers is None else args.optimizers,
+                                 "warmup_rounds": own.warmup_rounds if args.warmup_rounds is None
+                                 else args.warmup_rounds})
+
+
 def study_of(args: argparse.Namespace) -> Study:
-    """The Study the options describe (a rate flag not given: None, tuned on the validation split)."""
+    """The Study the options describe (a rate flag not given: None, tuned on the validation split; the optimizer
+    and warm-up not given: the network's own)."""
+    args = with_network_defaults(args)
     partitions = partitions_of(args)
     epsilons = tuple(sorted(set(numbers("--epsilons", args.epsilons))))
     mechanisms = tuple(dict.fromkeys(m.strip() for m in args.mechanisms.split(",") if m.strip()))

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
-from dirichlet_fl.config import DEFAULT_WARMUP_ROUNDS, DataConfig, LearningRateConfig, RunConfig
+from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
 from dirichlet_fl.data import NPZ, load_dataset
+from dirichlet_fl.models import DEFAULT_WARMUP_ROUNDS
 from dirichlet_fl.split import FederatedSplit, federated_split
 from privacy.analysis import PAPER_DELTA, epsilon_floor
 from sims.study.data_file import linked_root

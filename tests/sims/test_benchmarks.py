@@ -175,7 +175,7 @@ def test_accuracy_presets_map_onto_the_study() -> None:
     assert (quick.dataset, quick.model, quick.rounds, quick.batch_size) == (
         app.data.dataset, app.model, app.num_server_rounds, app.batch_size)
     assert (quick.seeds, quick.epsilons, quick.learning_rate, quick.dirichlet_weighting) == (
-        2, "1,4", app.lr.rate, app.dirichlet_weighting)
+        2, "1,4", app.training.rate, app.dirichlet_weighting)
 
     from sims.study.plan import Study
 

@@ -180,9 +180,40 @@ def test_the_dermamnist_paper_preset_is_the_papers_setting_and_flags_override_it
     assert (study.dataset, study.model, study.batch_size, study.rounds) == ("dermamnist", "resnet9", 70, 60)
     assert study.epsilons == (1.0, 2.0, 4.0, 8.0) and study.partitions == ("central", "iid", "0.3")
     assert (study.device, study.seeds) == ("cpu", (0,))
-    assert (study.dirichlet_weighting, study.warmup_rounds) == ("paper", 0)  # the paper's Algorithm 1, as published
-    assert study.learning_rate is study.dirichlet_learning_rate is study.dpsgd_learning_rate is None  # all tuned
-    assert study.rate_grid == "none=0.02/0.05/0.1,dirichlet=0.02/0.05/0.1,dpsgd=0.05/0.1/0.2"
+    # where the paper's setting returned a constant predictor on the stand-in: Adam at 1e-3, the normalised loss
+    # and a warm-up (the preset prints each departure and why)
+    assert (study.optimizers, study.dirichlet_weighting, study.warmup_rounds) == (("adam",), "normalized", 3)
+    assert (study.learning_rate, study.dirichlet_learning_rate, study.dpsgd_learning_rate) == (1e-3, 1e-3, None)
+    assert (study.rate_grid, study.adam_rate_grid) == ("", "dpsgd=0.0003/0.001/0.003")  # DP-SGD's tuned
+
+
+def test_the_dermamnist_paper_preset_prints_where_it_departs_from_the_paper_and_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_training: None) -> None:
+    from cli.study import DEPARTURES
+
+    assert main(["study", "--preset", "dermamnist-paper", "--data-root", str(tmp_path / "absent"),
+                 "--out", str(tmp_path / "o")]) == 2  # no data: refused before any training, after the lines
+    lines = capsys.readouterr().err.splitlines()
+    departures = [line for line in lines if "departs from the paper" in line]
+    assert len(departures) == len(DEPARTURES["dermamnist-paper"]) == 4
+    assert "Adam at 1e-3" in departures[0] and "14.3 %" in departures[0] and "normalised" in departures[1]
+
+
+def test_the_optimizer_and_warmup_not_given_are_the_networks_own() -> None:
+    from cli.main import build_parser
+    from cli.study import apply_preset
+    from sims.study.options import study_of
+
+    def study(*flags: str) -> Study:
+        args = build_parser().parse_args(["study", "--data-path", "", "--dataset", "dermamnist", *flags])
+        apply_preset(args)
+        return study_of(args)
+
+    assert (study("--model", "lenet").optimizers, study("--model", "lenet").warmup_rounds) == (("sgd",), 3)
+    assert study("--model", "lenet", "--norm", "group").optimizers == ("adam",)
+    assert study("--model", "resnet9").optimizers == ("adam",)
+    given = study("--model", "resnet9", "--optimizers", "sgd,adam", "--warmup-rounds", "0")
+    assert (given.optimizers, given.warmup_rounds) == (("sgd", "adam"), 0)
 
 
 def test_a_study_json_from_before_the_warmup_resumes_as_no_warmup(tmp_path: Path) -> None:
