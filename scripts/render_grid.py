@@ -53,18 +53,23 @@ def _network(config: dict) -> str:
 
 
 def _loss(config: dict, mechanism: str, optimizer: str = "sgd") -> str:
-    """The loss, `Adam` for Adam's rows, and the rates it was tuned over when they are not its optimizer's
-    default grid."""
+    """The loss, `Adam` for Adam's rows, `grid extended` where the tuner could extend the grid beyond an edge
+    (--rate-extension-steps), and the rates it was tuned over when they are not its optimizer's default grid."""
     from sims.study.tuning import DEFAULT_GRIDS, parse_rate_grid
 
-    weighting = config["dirichlet_weighting"]
-    loss = "cross-entropy" if mechanism == "none" else weighting + (
-        f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else "")
-    loss += ", Adam" if optimizer == "adam" else ""
+    loss = _loss_name(config, mechanism) + (", Adam" if optimizer == "adam" else "")
+    loss += ", grid extended" if config.get("rate_extension_steps", 0) else ""  # folders from before: never
     rates = parse_rate_grid(config.get("adam_rate_grid" if optimizer == "adam" else "rate_grid", ""), optimizer)
     rates_of = rates[mechanism]
     default = DEFAULT_GRIDS[optimizer][mechanism]
     return loss if rates_of == default else f"{loss}, rates {'/'.join(f'{r:g}' for r in rates_of)}"
+
+
+def _loss_name(config: dict, mechanism: str) -> str:
+    """cross-entropy for mechanism none; else the Dirichlet weighting (and the normalised loss's cap)."""
+    weighting = config["dirichlet_weighting"]
+    return "cross-entropy" if mechanism == "none" else weighting + (
+        f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else "")
 
 
 def _optimizer(row: dict[str, str]) -> str:
@@ -164,11 +169,50 @@ def rendered_verdict(grid: Path = GRID) -> str:
     return "\n".join(lines) + "\n"
 
 
+OPTIMIZERS_BLOCK = "robustness-optimizers"
+
+
+def _tried(tuning: list[dict[str, str]], row: dict[str, str]) -> str:
+    """The rates the tuner tried for a row's (partition, mechanism, eps, optimizer), grid and extensions."""
+    rates = sorted({float(t["learning_rate"]) for t in tuning
+                    if (t["beta"], t["mechanism"], t["epsilon"], _optimizer(t)) ==
+                    (row["beta"], row["mechanism"], row["epsilon"], _optimizer(row))})
+    return "/".join(f"{r:g}" for r in rates) if rates else "given"
+
+
+def rendered_optimizers(grid: Path = GRID) -> str:
+    """Every seed of every grid folder that ran Adam (issue 31, BENCHMARKS.md 11.4), beside the same folder's
+    SGD rows: the rate it ran at and the rates tuned over, balanced accuracy, macro AUC, the smallest class
+    recall, the dead classes, whether it collapsed to one class, and its gap to the non-private run of the same
+    seed and optimizer."""
+    lines = ["| data | network | loss | optimizer | partition | eps | rates tried | rate | seed | balanced acc. | "
+             "macro AUC | min class recall | dead classes | collapsed | gap to non-private (points) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for config, rows, tuning in _studies(grid):
+        if not any(_optimizer(r) == "adam" for r in rows):
+            continue
+        plain = {(_optimizer(r), r["beta"], r["seed"]): float(r["balanced_accuracy"]) for r in rows
+                 if r["mechanism"] == "none"}
+        order = sorted(rows, key=lambda r: (r["beta"], r["mechanism"] != "none", float(r["epsilon"]),
+                                            _optimizer(r), int(r["seed"])))
+        for r in order:
+            base = plain.get((_optimizer(r), r["beta"], r["seed"])) if r["mechanism"] != "none" else None
+            gap = "" if base is None else f"{100 * (base - float(r['balanced_accuracy'])):.1f}"
+            collapsed = {"1": "yes", "0": "no"}.get(r.get("collapsed", ""), "")
+            lines.append(
+                f"| {_data(config)} | {_network(config)} | {_loss_name(config, r['mechanism'])} | {_optimizer(r)} | "
+                f"{r['beta']} | {_eps(r['epsilon'])} | {_tried(tuning, r)} | {float(r['learning_rate']):g} | "
+                f"{r['seed']} | {100 * float(r['balanced_accuracy']):.1f} | {100 * float(r['macro_auc']):.1f} | "
+                f"{100 * float(r['min_class_recall']):.1f} | {r['dead_classes']} | {collapsed} | {gap} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     from scripts.doc_blocks import replace_block
 
     replace_block(DOCUMENT, BLOCK, rendered())
     replace_block(DOCUMENT, VERDICT_BLOCK, rendered_verdict())
+    replace_block(DOCUMENT, OPTIMIZERS_BLOCK, rendered_optimizers())
 
 
 if __name__ == "__main__":
