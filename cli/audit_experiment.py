@@ -62,7 +62,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rate-grid", default="",
                         help="effective rates an arm tries, per mechanism, e.g. dirichlet=0.05/0.1 (Dirichlet "
                         f"divides each by kappa(0.9)); default {grids}")
-    parser.add_argument("--optimizer", choices=("sgd", "adam"), default=defaults.optimizer)
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
+                        help="default: the network's own (dirichlet_fl.models' Recipe: sgd for lenet, adam for lenet "
+                        "with GroupNorm and resnet9); with adam the default --rate-grid is Adam's 0.0003/0.001/0.003")
     parser.add_argument("--max-grad-norm", type=float, default=None,
                         help="DP-SGD clip norm C (default: chosen from --clip-grid with the rate; 1 with --rate)")
     parser.add_argument("--clip-grid", default="/".join(f"{clip:g}" for clip in DEFAULT_CLIP_GRID),
@@ -88,6 +90,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     seeds = args.seeds if args.seeds is not None else (2 if args.quick else len(ExperimentConfig.seeds))
     steps = args.steps if args.steps is not None else (1000 if args.quick else ExperimentConfig.steps)
     epsilons = parse_epsilons("--epsilon", args.epsilon)
+    optimizer = args.optimizer or network_optimizer(args.model, args.norm)
     return ExperimentConfig(
         dataset=args.dataset,
         data_root=args.data_root,
@@ -107,8 +110,8 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         weight_cap=args.weight_cap,
         validation=args.validation,
         rates=parse_rates(args.rate),
-        rate_grids=parse_rate_grids(args.rate_grid),
-        optimizer=args.optimizer,
+        rate_grids=parse_rate_grids(args.rate_grid, optimizer),
+        optimizer=optimizer,
         max_grad_norm=args.max_grad_norm,
         clip_grid=parse_values("--clip-grid", args.clip_grid),
         mechanisms=tuple(name.strip() for name in args.mechanisms.split(",") if name.strip()),
@@ -116,6 +119,13 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         margin=args.margin,
         workers=args.workers,
     )
+
+
+def network_optimizer(model: str, norm: str) -> str:
+    """The optimizer `model` with `norm` trains with unless told otherwise (its Recipe)."""
+    from dirichlet_fl.recipes import recipe
+
+    return recipe(model, norm).optimizer
 
 
 def parse_epsilons(flag: str, text: str) -> tuple[float, ...]:

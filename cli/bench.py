@@ -102,7 +102,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     from dirichlet_fl.norms import MODELS
     from privacy.registry import BASELINE_FIRST
     from sims.study.bench_preset import DEFAULTS, SPLITS
-    from sims.study.tuning import DEFAULT_GRID, grid_text
+    from sims.study.tuning import ADAM_GRID, DEFAULT_GRID, grid_text
 
     def add(flag: str, default: object = None, **options: object) -> None:
         """An option not given is None; its help names the bench's default (`default` is the study's: unused)."""
@@ -125,7 +125,9 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     add("--rounds", type=int)
     add("--local-epochs", type=float)
     add("--batch-size", type=int)
-    rate_flags(parser, add, grid_text(DEFAULT_GRID, BASELINE_FIRST))
+    add("--optimizers", help="comma-separated optimizers, each a study axis with its own rate grid: sgd, adam "
+        "(default: the network's own, as `dirichlet-fl study`)")
+    rate_flags(parser, add, grid_text(DEFAULT_GRID, BASELINE_FIRST), grid_text(ADAM_GRID, BASELINE_FIRST))
     add("--learning-rate-mode", choices=["effective", "adaptive"],
         help="the Dirichlet clients' rate rule (the app's learning-rate-mode)")
     parser.add_argument("--validation", action="store_true",
@@ -134,7 +136,8 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     add("--dirichlet-weighting", choices=["normalized", "paper"],
         help="the Dirichlet NLL's per-example weighting (the app's dirichlet-weighting)")
     add("--dirichlet-weight-cap", type=float)
-    add("--warmup-rounds", type=int, help="linear learning-rate warm-up over this many rounds (0: none)")
+    add("--warmup-rounds", type=int, help="linear learning-rate warm-up over this many rounds (0: none; default: "
+        "the network's own)")
     add("--workers", type=int, help="worker processes, one thread each")
     parser.add_argument("--resume", action="store_true",
                         help="keep the cells and tuning runs finished in --out and run the rest")
@@ -199,7 +202,7 @@ def _client_dp_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mechanism", default="dirichlet", help="each client's per-example mechanism")
     parser.add_argument("--target-epsilon", type=float, default=1.0, help="each client's per-example eps")
     parser.add_argument("--model", default="cnn", help="network (default cnn)")
-    parser.add_argument("--learning-rate", type=float, default=RunConfig().lr.rate)
+    parser.add_argument("--learning-rate", type=float, default=RunConfig().training.rate)
     parser.add_argument("--batch-size", type=int, default=RunConfig().batch_size)
     parser.add_argument("--local-epochs", type=float, default=1.0, help="local epochs per round")
     parser.add_argument("--local-steps", type=int, default=0, help="steps per round (0: --local-epochs)")

@@ -251,7 +251,7 @@ def train_round(
         model = build_run_model(config, data).to(shard.train_x.device)
         load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard, server_round)
-        plain = make_optimizer(config.lr.optimizer, model, learning_rate)
+        plain = make_optimizer(config.training.optimizer, model, learning_rate)
         add_proximal_term(plain, config.strategy.client_proximal_mu)  # fedprox; before a mechanism wraps it
         wrapped, optimizer = mechanism.wrap(model, plain)
         generator = client_generator(

@@ -23,7 +23,7 @@ def client_learning_rate(
     config: RunConfig, mechanism: Mechanism, model: nn.Module, shard: ClientShard, server_round: int
 ) -> float:
     """The optimizer rate of one client in `server_round`; the one place this rule lives: the mode's rate
-    times the warm-up's share of it in that round (LearningRateConfig.warmup_factor, every mechanism alike).
+    times the warm-up's share of it in that round (Training.warmup_factor, every mechanism alike).
 
     raw: learning-rate itself. effective: the rate at which the client's private step moves on
     average like a plain cross-entropy step at learning-rate (Theorem 11): learning-rate / kappa_i(s_y)
@@ -34,15 +34,16 @@ def client_learning_rate(
     DP-SGD and none take learning-rate as given in every mode, and so does Adam: it divides each step
     by a running root-mean-square of the gradients, so a constant factor kappa on the gradient cancels
     and dividing the rate by kappa would multiply Adam's step by 1/kappa."""
-    warmup = config.lr.warmup_factor(server_round)
-    if config.lr.mode == "raw" or config.lr.optimizer == "adam":
-        return config.lr.rate * warmup
+    training = config.training  # the network's own optimizer, rate and warm-up unless the keys say otherwise
+    warmup = training.warmup_factor(server_round)
+    if config.lr.mode == "raw" or training.optimizer == "adam":
+        return training.rate * warmup
     s_y = config.lr.reference_confidence
     adaptive = config.lr.mode == "adaptive"
     measured = true_class_confidence(model, shard.test_x, shard.test_y) if adaptive else math.nan
     if math.isfinite(measured):  # a client without local test examples keeps the reference s_y
         s_y = max(measured, MIN_CONFIDENCE)
-    return mechanism.step_rate(config.lr.rate, s_y) * warmup
+    return mechanism.step_rate(training.rate, s_y) * warmup
 
 
 def client_generator(

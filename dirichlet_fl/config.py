@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from dirichlet_fl.norms import MODELS, check_norm
 from dirichlet_fl.partition import PARTITIONERS
+from dirichlet_fl.recipes import recipe
 from privacy.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
 from privacy.client_level import AdaptiveClipping, update_noise_multiplier
@@ -24,6 +25,8 @@ from privacy.mechanisms import LOSS_WEIGHTINGS
 from privacy.registry import MECHANISMS, mechanism_class
 
 OPTIMIZERS = ("sgd", "adam")
+DEFAULT = "default"
+"""optimizer = "default" (and learning-rate 0, learning-rate-warmup-rounds -1): the network's own (Recipe)."""
 RESUMABLE_KEYS = frozenset(
     {"resume-from", "results-dir", "run-name", "device", "audit", "fraction-evaluate", "max-idle-rounds",
      "dead-class-rounds"}
@@ -33,9 +36,6 @@ LEARNING_RATE_MODES = ("effective", "adaptive", "raw")
 DIRICHLET_WEIGHTINGS = LOSS_WEIGHTINGS
 """dirichlet-weighting's values: normalized, each example's NLL times kappa(reference-confidence)/kappa(s_y),
 capped (privacy/dirichlet.py); paper: Algorithm 1 as published."""
-DEFAULT_WARMUP_ROUNDS = 3
-"""learning-rate-warmup-rounds' default, chosen from the robustness grid (BENCHMARKS.md section 11.2): without a
-warm-up the normalised loss collapsed lenet to the majority class on several seeds at the rate tuned on another."""
 AUGMENT_CHOICES = ("auto", "on", "off")
 SECURE_AGGREGATION = ("none", "secaggplus")
 """none: the server sees every update; secaggplus: Flower's SecAgg+, the server sees only the sum."""
@@ -138,20 +138,34 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class LearningRateConfig:
-    """The optimizer and how each client sets its rate (client setup's client_learning_rate)."""
+    """The optimizer and how each client sets its rate (client setup's client_learning_rate). optimizer
+    "default", learning-rate 0 and learning-rate-warmup-rounds -1 mean the network's own (its Recipe in
+    dirichlet_fl.models, chosen by measurement); RunConfig.training resolves them."""
 
-    optimizer: str = setting("optimizer", "sgd")
-    rate: float = setting("learning-rate", 0.05)
+    optimizer: str = setting("optimizer", DEFAULT)
+    rate: float = setting("learning-rate", 0.0)
     mode: str = setting("learning-rate-mode", "effective")
     reference_confidence: float = setting("reference-confidence", S_Y_FOR_LEARNING_RATE)
-    warmup_rounds: int = setting("learning-rate-warmup-rounds", DEFAULT_WARMUP_ROUNDS)
+    warmup_rounds: int = setting("learning-rate-warmup-rounds", -1)
 
     def validate(self) -> None:
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        check_positive("learning-rate", self.rate)
+        check_choice("optimizer", self.optimizer, (DEFAULT, *OPTIMIZERS))
+        if not (self.rate >= 0 and math.isfinite(self.rate)):
+            raise ValueError(f"learning-rate={self.rate!r} is out of range: give a rate > 0 in the optimizer's "
+                             "units, or 0 for the network's own")
         check_choice("learning-rate-mode", self.mode, LEARNING_RATE_MODES)
         check_in_interval("reference-confidence", self.reference_confidence, 0.0, 1.0, open_low=True)
-        check_integer("learning-rate-warmup-rounds", self.warmup_rounds, 0)
+        check_integer("learning-rate-warmup-rounds", self.warmup_rounds, -1)
+
+
+@dataclass(frozen=True)
+class Training:
+    """The optimizer, its rate (SGD: the effective rate, per learning-rate-mode; Adam: its own units) and the
+    warm-up a run trains with: the keys given, the network's Recipe for those left at their defaults."""
+
+    optimizer: str
+    rate: float
+    warmup_rounds: int
 
     def warmup_factor(self, server_round: int) -> float:
         """The linear warm-up's share of the rate in `server_round` (1-based): min(1, round / W), 1 without
@@ -159,6 +173,15 @@ class LearningRateConfig:
         example by about kappa(s_ref) / kappa(1/K), roughly s_ref K, and its first steps are that much larger
         than the effective rate's cross-entropy step (Theorem 11); a network can die in round 1."""
         return min(1.0, server_round / self.warmup_rounds) if self.warmup_rounds else 1.0
+
+
+def resolve_training(lr: LearningRateConfig, model: str, norm: str) -> Training:
+    """`lr` with every key left at its default (optimizer "default", learning-rate 0, warm-up -1) replaced by
+    the network's Recipe (dirichlet_fl.models.recipe); an explicit optimizer gets the network's rate for it."""
+    own = recipe(model, norm)
+    optimizer = own.optimizer if lr.optimizer == DEFAULT else lr.optimizer
+    return Training(optimizer, lr.rate or own.rate(optimizer),
+                    own.warmup_rounds if lr.warmup_rounds < 0 else lr.warmup_rounds)
 
 
 @dataclass(frozen=True)
@@ -359,9 +382,16 @@ class RunConfig:
         return config
 
     def to_run_config(self) -> dict[str, Any]:
-        """The kebab-case mapping (what results/config.json stores and --run-config accepts)."""
+        """The kebab-case mapping (what --run-config accepts), as given."""
         return {key: getattr(self if group is None else getattr(self, group), spec.name)
                 for key, (group, spec) in _settings()}
+
+    def resolved_run_config(self) -> dict[str, Any]:
+        """to_run_config with the optimizer, rate and warm-up the run trains with (RunConfig.training) in
+        place of their defaults: what results/config.json stores, and what a resumed run must keep."""
+        training = self.training
+        return {**self.to_run_config(), "optimizer": training.optimizer, "learning-rate": training.rate,
+                "learning-rate-warmup-rounds": training.warmup_rounds}
 
     def validate(self) -> None:
         """Raise a ValueError naming the first invalid key, its value and the valid range."""
@@ -468,6 +498,11 @@ class RunConfig:
             )
         check_integer("max-idle-rounds", self.max_idle_rounds, 1)
         check_integer("dead-class-rounds", self.dead_class_rounds, 1)
+
+    @property
+    def training(self) -> Training:
+        """The optimizer, rate and warm-up this run trains with (resolve_training: the network's own unless given)."""
+        return resolve_training(self.lr, self.model, self.norm)
 
     @property
     def budget_rounds(self) -> int:

@@ -70,9 +70,12 @@ class ClassCounts:
         return {"balanced_accuracy": self.balanced_accuracy, "min_class_recall": self.min_recall, **recalls}
 
 
+RECALL_PREFIX = "recall_"
+
+
 def recall_key(label: int) -> str:
     """The metrics key (and, prefixed, the rounds.csv column) of class `label`'s recall."""
-    return f"recall_{label}"
+    return f"{RECALL_PREFIX}{label}"
 
 
 def recalls_of(metrics: Mapping[str, float], num_classes: int) -> list[float]:
@@ -102,15 +105,48 @@ def macro_auc(probabilities: Tensor, labels: Tensor) -> float:
     return sum(defined) / len(defined) if defined else math.nan
 
 
+PREDICTED_CLASSES = "predicted_classes"
+"""The metrics key of how many distinct classes the model predicts on the set (1: collapsed)."""
+
+
+def predicted_count(predictions: Tensor) -> int:
+    """How many distinct classes `predictions` (one class index per example) contain."""
+    return int(torch.unique(predictions).numel())
+
+
+def is_collapsed(predicted_classes: float, present_classes: int) -> bool:
+    """A model that predicts a single class on an evaluation set holding two or more (a constant predictor,
+    whatever its accuracy: on DermaMNIST the majority class alone scores 67 %)."""
+    return predicted_classes == 1 and present_classes >= 2
+
+
+def collapse_note(predicted_classes: float, recalls: Sequence[float]) -> str:
+    """The flag of a collapsed model (is_collapsed), naming the class it predicts, or '' when it did not
+    collapse: `predicted_classes` as Evaluation.predicted_classes, `recalls` each class's (nan: absent)."""
+    present = [recall for recall in recalls if not math.isnan(recall)]
+    if not is_collapsed(predicted_classes, len(present)):
+        return ""
+    alive = [c for c, recall in enumerate(recalls) if recall > 0]
+    which = f"class {alive[0]}" if len(alive) == 1 else "one class"
+    return f"COLLAPSED: predicts {which} only"
+
+
 @dataclass(frozen=True)
 class Evaluation:
-    """A model on one evaluation set: mean cross-entropy, accuracy, macro AUC and the per-class counts
-    (from which balanced accuracy, per-class recall and dead classes follow)."""
+    """A model on one evaluation set: mean cross-entropy, accuracy, macro AUC, the per-class counts
+    (from which balanced accuracy, per-class recall and dead classes follow) and how many distinct classes
+    it predicts (1: collapsed, a constant predictor; 0: no examples)."""
 
     loss: float
     accuracy: float
     macro_auc: float
     counts: ClassCounts
+    predicted_classes: int = 0
+
+    @property
+    def collapsed(self) -> bool:
+        """It predicts one class only on a set holding two or more (is_collapsed)."""
+        return is_collapsed(self.predicted_classes, sum(1 for total in self.counts.totals if total))
 
     @property
     def balanced_accuracy(self) -> float:
@@ -125,9 +161,10 @@ class Evaluation:
         return self.counts.min_recall
 
     def metrics(self) -> dict[str, float]:
-        """loss, accuracy, macro_auc and the count metrics (ClassCounts.metrics), flat: what the server's
-        central evaluation returns and rounds.csv's central_* columns hold."""
-        return {"loss": self.loss, "accuracy": self.accuracy, "macro_auc": self.macro_auc, **self.counts.metrics()}
+        """loss, accuracy, macro_auc, predicted_classes and the count metrics (ClassCounts.metrics), flat: what
+        the server's central evaluation returns and rounds.csv's central_* columns hold."""
+        return {"loss": self.loss, "accuracy": self.accuracy, "macro_auc": self.macro_auc,
+                PREDICTED_CLASSES: self.predicted_classes, **self.counts.metrics()}
 
 
 def evaluation_of(logits: Tensor, labels: Tensor) -> Evaluation:
@@ -141,7 +178,8 @@ def evaluation_of(logits: Tensor, labels: Tensor) -> Evaluation:
     predictions = logits.argmax(dim=1)
     counts = ClassCounts.of(predictions, labels, logits.shape[1])
     accuracy = float((predictions == labels).double().mean())
-    return Evaluation(loss, accuracy, macro_auc(torch.softmax(logits.double(), dim=1), labels), counts)
+    auc = macro_auc(torch.softmax(logits.double(), dim=1), labels)
+    return Evaluation(loss, accuracy, auc, counts, predicted_count(predictions))
 
 
 def dead_class_streaks(dead: Sequence[int], previous: dict[int, int]) -> dict[int, int]:

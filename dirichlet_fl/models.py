@@ -231,7 +231,8 @@ class SoftmaxRegression(nn.Sequential):
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """How to build a model, and the normalisation it uses unless told otherwise."""
+    """How to build a model and the normalisation it uses unless told otherwise (how it trains:
+    dirichlet_fl.recipes, torch-free, which repeats the default norms; a test holds the two equal)."""
 
     build: Callable[[int, int, str, int], nn.Module]
     """(in_channels, num_classes, norm, image_size) -> the model."""

@@ -67,7 +67,7 @@ def read_checkpoint(directory: Path) -> dict[str, Any]:
 def check_resumable(original: RunConfig, resumed: RunConfig) -> None:
     """Refuse a resumed config that changes the data, the split, the model or the accounting: only the
     keys in RESUMABLE_KEYS may differ. Raises ValueError naming the first changed key."""
-    before, after = original.to_run_config(), resumed.to_run_config()
+    before, after = original.resolved_run_config(), resumed.resolved_run_config()
     for key in before:
         if key not in RESUMABLE_KEYS and before[key] != after[key]:
             raise ValueError(

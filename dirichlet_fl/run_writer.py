@@ -41,7 +41,15 @@ from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.files import append_atomically, write_atomically
-from dirichlet_fl.metrics import dead_class_streaks, dead_of, lasting, recall_key, recalls_of
+from dirichlet_fl.metrics import (
+    PREDICTED_CLASSES,
+    dead_class_streaks,
+    dead_of,
+    is_collapsed,
+    lasting,
+    recall_key,
+    recalls_of,
+)
 from dirichlet_fl.plots import CURVES_FILE, plot_runs
 from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED, NOISE_SECURE
 from dirichlet_fl.run_reader import (
@@ -62,12 +70,12 @@ ROUND_COLUMNS = [
     "client_level_epsilon", "client_level_delta", "client_level_sample_rate", "client_level_rounds",
     "client_level_clipping_norm", "client_level_unclipped_fraction",
     "central_balanced_accuracy", "central_macro_auc", "central_min_class_recall",
-    "federated_balanced_accuracy", "federated_min_class_recall",
+    "federated_balanced_accuracy", "federated_min_class_recall", "central_predicted_classes",
 ]
 """rounds.csv's columns before the per-class ones (round_columns adds central_recall_<c> and
 federated_recall_<c> for each class c). There is no federated macro AUC: AUC does not decompose into
 what the clients could sum (dirichlet_fl.metrics)."""
-CENTRAL_KEYS = ("accuracy", "loss", "balanced_accuracy", "macro_auc", "min_class_recall")
+CENTRAL_KEYS = ("accuracy", "loss", "balanced_accuracy", "macro_auc", "min_class_recall", "predicted_classes")
 FEDERATED_KEYS = ("accuracy", "loss", "balanced_accuracy", "min_class_recall")
 """RoundRecord.central's and .federated's keys written as central_<key> / federated_<key> (nan if absent)."""
 CLIENT_LEVEL_KEYS = ("epsilon", "delta", "sample_rate", "rounds", "clipping_norm", "unclipped_fraction")
@@ -230,7 +238,7 @@ class RunWriter:
             directory = Path(config.results_dir) / f"{name}-{suffix}"
         writer = cls(directory, config, num_clients, covers, num_classes)
         directory.mkdir(parents=True, exist_ok=False)
-        _write_json(directory / "config.json", {"run_config": config.to_run_config(), "num_clients": num_clients})
+        _write_json(directory / "config.json", {"run_config": config.resolved_run_config(), "num_clients": num_clients})
         write_atomically(directory / "rounds.csv", _csv_text(writer.columns, [], header=True).encode())
         write_atomically(directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, [], header=True).encode())
         return writer
@@ -396,8 +404,8 @@ class RunWriter:
         self, final: dict[str, float], assumptions_hold: bool, status: str = COMPLETED, reason: str = ""
     ) -> dict[str, Any]:
         """Write summary.json: the run's status, the final model's metrics (`final`: as RoundRecord.central;
-        missing ones are null), rounds run, dead classes and every client's privacy position (clients.csv
-        above CLIENTS_IN_SUMMARY clients)."""
+        missing ones are null), rounds run, dead classes, whether it collapsed (final_collapse) and every
+        client's privacy position (clients.csv above CLIENTS_IN_SUMMARY clients)."""
         summary: dict[str, Any] = {
             "status": status,
             "status_reason": reason,
@@ -408,6 +416,7 @@ class RunWriter:
             "final_per_class_recall": [json_number(recall) for recall in recalls_of(final, self.num_classes)],
             "dead_classes": {str(c): {"first_round": first, "rounds": length}
                              for c, (first, length) in self.dead_classes().items()},
+            **final_collapse(final, self.num_classes),
             "rounds": len(self.rounds),
             "mechanism": self.config.mechanism,
             "delta": self.config.delta,
@@ -449,6 +458,18 @@ class RunWriter:
             "failed_rounds": standing.failed_rounds,
             "client_level_epsilon": json_number(self.client_level.get("epsilon", math.nan)),
         }
+
+
+def final_collapse(final: dict[str, float], num_classes: int) -> dict[str, Any]:
+    """summary.json's two distinct facts about the final model (null when it was not evaluated):
+    `collapsed`, it predicts one class only on the test set; `final_dead_classes`, how many classes present
+    there it never predicts correctly (recall 0); and `predicted_classes`, how many distinct classes it predicts."""
+    recalls = [recall for recall in recalls_of(final, num_classes) if not math.isnan(recall)]
+    predicted = final.get(PREDICTED_CLASSES, math.nan)
+    if not recalls or math.isnan(predicted):
+        return {"collapsed": None, "final_dead_classes": None, "predicted_classes": None}
+    return {"collapsed": is_collapsed(predicted, len(recalls)), "final_dead_classes": len(dead_of(recalls)),
+            "predicted_classes": int(predicted)}
 
 
 def flatten_state(state: dict[str, torch.Tensor]) -> np.ndarray:

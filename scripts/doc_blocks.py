@@ -82,6 +82,7 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("BENCHMARKS.md", "robustness-acceptance", "scripts.render_robustness:rendered_acceptance"),
     Renderer("BENCHMARKS.md", "robustness-grid-verdict", "scripts.render_grid:rendered_verdict"),
     Renderer("BENCHMARKS.md", "robustness-grid", "scripts.render_grid:rendered"),
+    Renderer("BENCHMARKS.md", "robustness-optimizers", "scripts.render_grid:rendered_optimizers"),
     Renderer("BENCHMARKS.md", "robustness-table", "scripts.render_robustness:rendered"),
     Renderer("docs/audit.md", "audit-table", "scripts.render_audit:published_table", ("default",)),
     Renderer("docs/audit.md", "audit-table-paper", "scripts.render_audit:published_table", ("paper",)),

@@ -1,10 +1,10 @@
 """Render BENCHMARKS.md's robustness grid (section 11.2) from the committed study folders of
 scripts/robustness_grid.sh in docs/robustness/grid/.
 
-One row per (data, network, loss, warm-up, partition, eps): balanced accuracy's mean over seeds and its
-worst seed, the largest gap of any seed below the non-private run of the same data, network, warm-up,
-partition and seed (the normalised loss's folders hold it, at their own rate grid; a folder without one
-takes the first folder's of its setting), the smallest class recall of any seed, the
+One row per (data, network, loss and optimizer, warm-up, partition, eps): balanced accuracy's mean over
+seeds and its worst seed, the largest gap of any seed below the non-private run of the same data, network,
+warm-up, optimizer, partition and seed (the normalised loss's folders hold it, at their own rate grid; a
+folder without one takes the first folder's of its setting), the smallest class recall of any seed, the
 dead classes (recall 0) summed over seeds and how many seeds had one. A second table condenses the
 federated non-IID rows at eps 1, beside the non-private ones, into the question the grid answers: which
 loss and warm-up keep every class on every seed. Run from the root:
@@ -48,15 +48,28 @@ def _network(config: dict) -> str:
     return f"{config['model']}, norm {config['norm']}"
 
 
-def _loss(config: dict, mechanism: str) -> str:
-    """The loss, and the rates it was tuned over when they are not the study's default grid."""
-    from sims.study.tuning import DEFAULT_GRID, parse_rate_grid
+def _loss(config: dict, mechanism: str, optimizer: str = "sgd") -> str:
+    """The loss, `Adam` for Adam's rows, `grid extended` where the tuner could extend the grid beyond an edge
+    (--rate-extension-steps), and the rates it was tuned over when they are not its optimizer's default grid."""
+    from sims.study.tuning import DEFAULT_GRIDS, parse_rate_grid
 
+    loss = _loss_name(config, mechanism) + (", Adam" if optimizer == "adam" else "")
+    loss += ", grid extended" if config.get("rate_extension_steps", 0) else ""  # folders from before: never
+    rates = parse_rate_grid(config.get("adam_rate_grid" if optimizer == "adam" else "rate_grid", ""), optimizer)
+    rates_of = rates[mechanism]
+    default = DEFAULT_GRIDS[optimizer][mechanism]
+    return loss if rates_of == default else f"{loss}, rates {'/'.join(f'{r:g}' for r in rates_of)}"
+
+
+def _loss_name(config: dict, mechanism: str) -> str:
+    """cross-entropy for mechanism none; else the Dirichlet weighting (and the normalised loss's cap)."""
     weighting = config["dirichlet_weighting"]
     cap = f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else ""
-    loss = weighting + cap if _private(mechanism) else "cross-entropy"
-    rates = parse_rate_grid(config.get("rate_grid", ""))[mechanism]
-    return loss if rates == DEFAULT_GRID[mechanism] else f"{loss}, rates {'/'.join(f'{r:g}' for r in rates)}"
+    return weighting + cap if _private(mechanism) else "cross-entropy"
+
+
+def _optimizer(row: dict[str, str]) -> str:
+    return row.get("optimizer") or "sgd"  # rows from before the optimizer column ran SGD
 
 
 def _private(mechanism: str) -> bool:
@@ -83,19 +96,22 @@ def grid_rows(grid: Path = GRID) -> list[tuple[Setting, str, str, list[dict[str,
     for c, rows, _ in studies:  # a folder without a non-private run: the first folder of its setting that has one
         for r in rows:
             if not _private(r["mechanism"]):
-                key = (_data(c), _network(c), _warmup(c), r["beta"], r["seed"])
+                key = (_data(c), _network(c), _warmup(c), _optimizer(r), r["beta"], r["seed"])
                 shared.setdefault(key, float(r["balanced_accuracy"]))
     groups = []
     for config, rows, _ in studies:
-        own = {(_data(config), _network(config), _warmup(config), r["beta"], r["seed"]): float(r["balanced_accuracy"])
-               for r in rows if not _private(r["mechanism"])}
+        own = {(_data(config), _network(config), _warmup(config), _optimizer(r), r["beta"], r["seed"]):
+               float(r["balanced_accuracy"]) for r in rows if not _private(r["mechanism"])}
         baseline = own or shared
-        for partition, mechanism, epsilon in sorted({(r["beta"], r["mechanism"], r["epsilon"]) for r in rows}):
-            group = [r for r in rows if (r["beta"], r["mechanism"], r["epsilon"]) == (partition, mechanism, epsilon)]
-            keys = [(_data(config), _network(config), _warmup(config), partition, r["seed"]) for r in group]
-            gaps = [baseline[k] - float(r["balanced_accuracy"]) for k, r in zip(keys, group)
-                    if k in baseline] if _private(mechanism) else []
-            setting = (_data(config), _network(config), _loss(config, mechanism), _warmup(config))
+        for partition, mechanism, epsilon, optimizer in sorted({(r["beta"], r["mechanism"], r["epsilon"], _optimizer(r))
+                                                                 for r in rows}):
+            group = [r for r in rows
+                     if (r["beta"], r["mechanism"], r["epsilon"], _optimizer(r)) == (partition, mechanism, epsilon,
+                                                                                     optimizer)]
+            keys = [(_data(config), _network(config), _warmup(config), optimizer, partition, r["seed"]) for r in group]
+            gaps = [] if not _private(mechanism) else [baseline[k] - float(r["balanced_accuracy"])
+                                                   for k, r in zip(keys, group) if k in baseline]
+            setting = (_data(config), _network(config), _loss(config, mechanism, optimizer), _warmup(config))
             groups.append((setting, partition, epsilon, group, gaps))
     return sorted(groups, key=lambda g: (g[0], g[1], float(g[2])))
 
@@ -153,5 +169,43 @@ def rendered_verdict(grid: Path = GRID) -> str:
     for (data, network, loss), by_warmup in sorted(cells.items()):
         lines.append(f"| {data} | {network} | {loss} | " + " | ".join(by_warmup.get(w, "not run") for w in order)
                      + " |")
+    return "\n".join(lines) + "\n"
+
+
+OPTIMIZERS_BLOCK = "robustness-optimizers"
+
+
+def _tried(tuning: list[dict[str, str]], row: dict[str, str]) -> str:
+    """The rates the tuner tried for a row's (partition, mechanism, eps, optimizer), grid and extensions."""
+    rates = sorted({float(t["learning_rate"]) for t in tuning
+                    if (t["beta"], t["mechanism"], t["epsilon"], _optimizer(t)) ==
+                    (row["beta"], row["mechanism"], row["epsilon"], _optimizer(row))})
+    return "/".join(f"{r:g}" for r in rates) if rates else "given"
+
+
+def rendered_optimizers(grid: Path = GRID) -> str:
+    """Every seed of every grid folder that ran Adam (issue 31, BENCHMARKS.md 11.4), beside the same folder's
+    SGD rows: the rate it ran at and the rates tuned over, balanced accuracy, macro AUC, the smallest class
+    recall, the dead classes, whether it collapsed to one class, and its gap to the non-private run of the same
+    seed and optimizer."""
+    lines = ["| data | network | loss | optimizer | partition | eps | rates tried | rate | seed | balanced acc. | "
+             "macro AUC | min class recall | dead classes | collapsed | gap to non-private (points) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for config, rows, tuning in _studies(grid):
+        if not any(_optimizer(r) == "adam" for r in rows):
+            continue
+        plain = {(_optimizer(r), r["beta"], r["seed"]): float(r["balanced_accuracy"]) for r in rows
+                 if not _private(r["mechanism"])}
+        order = sorted(rows, key=lambda r: (r["beta"], _private(r["mechanism"]), float(r["epsilon"]),
+                                            _optimizer(r), int(r["seed"])))
+        for r in order:
+            base = plain.get((_optimizer(r), r["beta"], r["seed"])) if _private(r["mechanism"]) else None
+            gap = "" if base is None else f"{100 * (base - float(r['balanced_accuracy'])):.1f}"
+            collapsed = {"1": "yes", "0": "no"}.get(r.get("collapsed", ""), "")
+            lines.append(
+                f"| {_data(config)} | {_network(config)} | {_loss_name(config, r['mechanism'])} | {_optimizer(r)} | "
+                f"{r['beta']} | {_eps(r['epsilon'])} | {_tried(tuning, r)} | {float(r['learning_rate']):g} | "
+                f"{r['seed']} | {100 * float(r['balanced_accuracy']):.1f} | {100 * float(r['macro_auc']):.1f} | "
+                f"{100 * float(r['min_class_recall']):.1f} | {r['dead_classes']} | {collapsed} | {gap} |")
     return "\n".join(lines) + "\n"
 

@@ -37,17 +37,24 @@ def _data(config: dict) -> str:
     return Path(config["data_path"]).name if config.get("data_path") else f"{config['dataset']}.npz"
 
 
-def _rule(config: dict, mechanism: str, rate: str) -> str:
+def _rule(config: dict, mechanism: str, rate: str, optimizer: str = "sgd") -> str:
+    """The loss and the rate (SGD's Dirichlet rate is an effective rate; Adam's is in its own units)."""
     from privacy.registry import mechanism_class
 
+    adam = optimizer == "adam"
     kind = mechanism_class(mechanism)
     if not kind.private:
-        return f"cross-entropy, rate {rate}"
+        return f"cross-entropy, {'Adam ' if adam else ''}rate {rate}"
     if kind.loss_weightings:
         weighting = config.get("dirichlet_weighting", "paper")
         cap = f", cap {config['dirichlet_weight_cap']:g}" if weighting == "normalized" else ""
-        return f"{weighting}{cap}, effective rate {rate}"
-    return f"rate {rate}"
+        return f"{weighting}{cap}, {'Adam rate' if adam else 'effective rate'} {rate}"
+    return f"{'Adam ' if adam else ''}rate {rate}"
+
+
+def _optimizer(row: dict[str, str]) -> str:
+    """A row's optimizer (rows from before the column ran SGD)."""
+    return row.get("optimizer") or "sgd"
 
 
 def _sweep_rate(config: dict, mechanism: str) -> str:
@@ -62,18 +69,20 @@ def study_rate(group: list[dict[str, str]]) -> str:
     return shown + (" (tuned)" if any(r.get("rate_source") == "validation" for r in group) else "")
 
 
-def _groups(folder: Path) -> list[tuple[str, dict, str, str, list[dict[str, str]]]]:
-    """(row name, configuration, mechanism, eps, rows) of every group of a folder, sorted."""
+def _groups(folder: Path) -> list[tuple[str, dict, str, str, str, list[dict[str, str]]]]:
+    """(row name, configuration, mechanism, eps, optimizer, rows) of every group of a folder, sorted; a study's
+    rows are named `<folder> (<partition>)`, with `, adam` for its Adam rows."""
     layout = _layout(folder)
     assert layout is not None
     rows, config = _rows(folder, layout[0]), json.loads((folder / layout[1]).read_text())
     if layout == SWEEP:
         keys = sorted({("", r["mechanism"], r["epsilon"]) for r in rows})
-        return [(folder.name, config, m, e, [r for r in rows if (r["mechanism"], r["epsilon"]) == (m, e)])
+        return [(folder.name, config, m, e, "sgd", [r for r in rows if (r["mechanism"], r["epsilon"]) == (m, e)])
                 for _, m, e in keys]
-    keys = sorted({(r["beta"], r["mechanism"], r["epsilon"]) for r in rows})
-    return [(f"{folder.name} ({p})", config, m, e, [r for r in rows if (r["beta"], r["mechanism"], r["epsilon"]) ==
-                                                     (p, m, e)]) for p, m, e in keys]
+    keys = sorted({(r["beta"], r["mechanism"], r["epsilon"], _optimizer(r)) for r in rows})
+    return [(f"{folder.name} ({p}{'' if o == 'sgd' else ', ' + o})", config, m, e, o,
+             [r for r in rows if (r["beta"], r["mechanism"], r["epsilon"], _optimizer(r)) == (p, m, e, o)])
+            for p, m, e, o in keys]
 
 
 def rendered(folders: Path = FOLDERS) -> str:
@@ -82,12 +91,12 @@ def rendered(folders: Path = FOLDERS) -> str:
              "min class recall | dead classes | accuracy mean |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for folder in sorted(p for p in folders.iterdir() if _layout(p) is not None):
         study = _layout(folder) == STUDY
-        for name, config, mechanism, epsilon, group in _groups(folder):
+        for name, config, mechanism, epsilon, optimizer, group in _groups(folder):
             rate = study_rate(group) if study else _sweep_rate(config, mechanism)
             balanced = [float(r["balanced_accuracy"]) for r in group]
             lines.append(
                 f"| {name} | {_data(config)} | {mechanism} | {epsilon} | "
-                f"batch {config['batch_size']}, {_rule(config, mechanism, rate)} | {len(group)} | "
+                f"batch {config['batch_size']}, {_rule(config, mechanism, rate, optimizer)} | {len(group)} | "
                 f"{100 * statistics.mean(balanced):.1f} | {100 * min(balanced):.1f} | "
                 f"{100 * min(float(r['min_class_recall']) for r in group):.1f} | "
                 f"{sum(int(r['dead_classes']) for r in group)} | "
@@ -104,18 +113,20 @@ the non-private run of the same seed."""
 def rendered_acceptance(folders: Path = FOLDERS) -> str:
     """Per seed of every accept-defaults-* folder (the acceptance command with the defaults, one data file
     each): the Dirichlet and non-private balanced accuracy, the gap, the smallest class recall, and the check."""
-    lines = ["| data | seed | Dirichlet rate (tuned) | Dirichlet balanced acc. | non-private balanced acc. | gap "
-             "(points) | Dirichlet min class recall | check |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| data | network, optimizer | seed | Dirichlet rate (tuned) | Dirichlet balanced acc. | non-private "
+             "balanced acc. | gap (points) | Dirichlet min class recall | check |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for folder in sorted(f for f in folders.iterdir() if f.name.startswith(ACCEPTANCE_PREFIX)):
         config, rows = json.loads((folder / "study.json").read_text()), _rows(folder, "table.csv")
-        by_seed = {(r["mechanism"], r["seed"]): r for r in rows}
-        for seed in sorted({r["seed"] for r in rows}, key=int):
-            private, plain = by_seed[("dirichlet", seed)], by_seed[("none", seed)]
+        by_seed = {(r["mechanism"], _optimizer(r), r["seed"]): r for r in rows}
+        for optimizer, seed in sorted({(_optimizer(r), r["seed"]) for r in rows}, key=lambda k: (k[0], int(k[1]))):
+            private, plain = by_seed[("dirichlet", optimizer, seed)], by_seed[("none", optimizer, seed)]
             gap = float(plain["balanced_accuracy"]) - float(private["balanced_accuracy"])
             recall = float(private["min_class_recall"])
             check = "pass" if recall > 0 and gap <= MAX_GAP else "FAIL"
             private_ba, plain_ba = (100 * float(r["balanced_accuracy"]) for r in (private, plain))
-            lines.append(f"| {_data(config)} | {seed} | {float(private['learning_rate']):g} | {private_ba:.1f} | "
-                         f"{plain_ba:.1f} | {100 * gap:.1f} | {100 * recall:.1f} | {check} |")
+            network = f"{config['model']}, norm {config['norm']}, {optimizer}"
+            lines.append(f"| {_data(config)} | {network} | {seed} | {float(private['learning_rate']):g} | "
+                         f"{private_ba:.1f} | {plain_ba:.1f} | {100 * gap:.1f} | {100 * recall:.1f} | {check} |")
     return "\n".join(lines) + "\n"
 

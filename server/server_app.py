@@ -23,7 +23,7 @@ from flwr.superlink.grid import InMemoryGrid
 from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import SYNTHETIC, RunConfig
 from dirichlet_fl.device import resolve_device
-from dirichlet_fl.metrics import dead_class_note, evaluate_model
+from dirichlet_fl.metrics import RECALL_PREFIX, collapse_note, dead_class_note, evaluate_model
 from dirichlet_fl.paths import APP_DIR
 from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
 from dirichlet_fl.run_model import build_run_model, initial_model
@@ -68,8 +68,11 @@ def _round_line(config: RunConfig, row: dict[str, Any], dead: dict[int, tuple[in
     metrics = _metrics_part(row["central_accuracy"], row["central_balanced_accuracy"], row["central_macro_auc"],
                             row["central_loss"])
     warning = f"  {dead_class_note(dead)}" if dead else ""
+    recalls = [float(value) for key, value in row.items() if key.startswith(f"central_{RECALL_PREFIX}")]
+    collapsed = collapse_note(row.get("central_predicted_classes", math.nan), recalls)
     return (
-        f"round {row['round']}/{config.num_server_rounds}  {metrics}  trained {row['trained']}  "
+        f"round {row['round']}/{config.num_server_rounds}  {collapsed + ': ' if collapsed else ''}{metrics}  "
+        f"trained {row['trained']}  "
         f"refused {row['refused']}  failed {row['failed']}{privacy}{_client_level_part(config, row)}{warning}  "
         f"[{row['seconds']:.1f} s]"
     )
@@ -107,8 +110,11 @@ def main(grid: Grid, context: Context) -> None:
     except OSError as error:  # a read-only or full results-dir: one line, nothing half written
         log(ERROR, "%s %s (cannot write the run folder: %s)", STATUS_LINE, FAILED, one_line(error))
         return
-    log(INFO, "dirichlet-fl: %s, strategy %s, %d clients, writing %s", config.mechanism, config.strategy.name,
-        num_clients, writer.directory)
+    training = config.training
+    log(INFO, "dirichlet-fl: %s, strategy %s, %d clients, %s at %g (%s), warm-up %d rounds, writing %s",
+        config.mechanism, config.strategy.name, num_clients, training.optimizer, training.rate,
+        "Adam's own units" if training.optimizer == "adam" else f"SGD, learning-rate-mode {config.lr.mode}",
+        training.warmup_rounds, writer.directory)
     skipped = {} if config.data.dataset == SYNTHETIC else too_small_to_train(  # synthetic: checked by the config
         config, federated_split(config.split_spec(num_clients)))
     strategy.skip(set(skipped))
@@ -238,7 +244,11 @@ def _final_part(summary: dict[str, Any]) -> str:
     accuracy, balanced, auc = (math.nan if value is None else value for value in values)
     recalls = [recall for recall in summary["final_per_class_recall"] if recall is not None]
     smallest = f"  min class recall {min(recalls):.4f}" if recalls else ""
-    return f"accuracy {accuracy:.4f}  balanced accuracy {balanced:.4f}  macro AUC {auc:.4f}{smallest}"
+    every = [math.nan if recall is None else recall for recall in summary["final_per_class_recall"]]
+    predicted = summary.get("predicted_classes")
+    collapsed = collapse_note(math.nan if predicted is None else predicted, every)
+    return (f"{collapsed + ': ' if collapsed else ''}accuracy {accuracy:.4f}  balanced accuracy {balanced:.4f}  "
+            f"macro AUC {auc:.4f}{smallest}")
 
 
 def _aggregation_lines(config: RunConfig, summary: dict[str, Any]) -> list[str]:

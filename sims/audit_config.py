@@ -27,6 +27,8 @@ DEFAULT_RATE_GRIDS = (
 """Effective SGD rates each arm without a --rate tries, per mechanism: the rate of a plain step
 (Mechanism.step_rate turns it into Dirichlet's rate / kappa(s_y = 0.9); DP-SGD's and none's are as given,
 DP-SGD's on its noisy sum / expected batch size)."""
+ADAM_RATE_GRIDS = tuple((mechanism, (3e-4, 1e-3, 3e-3)) for mechanism, _ in DEFAULT_RATE_GRIDS)
+"""Adam's rates an arm tries (Adam's own units: no kappa; docs/learning-rates.md), when the optimizer is Adam."""
 DEFAULT_CLIP_GRID = (0.5, 2.0)
 """DP-SGD clip norms C tried with each of its rates when --max-grad-norm is not given."""
 DEFAULT_MAX_GRAD_NORM = 1.0
@@ -266,6 +268,8 @@ def parse_named_values(flag: str, text: str) -> tuple[tuple[str, tuple[float, ..
     return tuple(pairs)
 
 
-def parse_rate_grids(text: str) -> tuple[tuple[str, tuple[float, ...]], ...]:
-    """'none=0.025/0.05,dpsgd=1/2' over DEFAULT_RATE_GRIDS: the mechanisms named get the grids given."""
-    return tuple({**dict(DEFAULT_RATE_GRIDS), **dict(parse_named_values("--rate-grid", text))}.items())
+def parse_rate_grids(text: str, optimizer: str = "sgd") -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """'none=0.025/0.05,dpsgd=1/2' over the optimizer's default grids (DEFAULT_RATE_GRIDS for SGD,
+    ADAM_RATE_GRIDS for Adam): the mechanisms named get the grids given."""
+    defaults = ADAM_RATE_GRIDS if optimizer == "adam" else DEFAULT_RATE_GRIDS
+    return tuple({**dict(defaults), **dict(parse_named_values("--rate-grid", text))}.items())

@@ -34,7 +34,7 @@ from strategies.private import seeded_sample
 class LoopRound:
     """One round: central accuracy, loss and mean true-class confidence (the s_y of Theorem 11 that the
     global model reaches), federated accuracy, who trained, refused or failed, the max eps, seconds, and
-    the central balanced accuracy, macro AUC and per-class recall (dirichlet_fl.metrics)."""
+    the central balanced accuracy, macro AUC, per-class recall and predicted classes (dirichlet_fl.metrics)."""
 
     round: int
     central_accuracy: float
@@ -44,6 +44,8 @@ class LoopRound:
     central_balanced_accuracy: float
     central_macro_auc: float
     central_per_class_recall: tuple[float, ...]
+    central_predicted_classes: int
+    """How many distinct classes the global model predicts on the test set (1: collapsed)."""
     trained: int
     refused: int
     failed: int
@@ -158,7 +160,7 @@ class FedAvgLoop:
             round=server_round, central_accuracy=central.accuracy, central_loss=central.loss,
             central_confidence=confidence, federated_accuracy=federated,
             central_balanced_accuracy=central.balanced_accuracy, central_macro_auc=central.macro_auc,
-            central_per_class_recall=central.per_class_recall,
+            central_per_class_recall=central.per_class_recall, central_predicted_classes=central.predicted_classes,
             trained=len(updates), refused=refused, failed=failed, max_epsilon=self.max_epsilon(),
             seconds=time.perf_counter() - start,
         )

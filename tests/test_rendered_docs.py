@@ -126,7 +126,7 @@ def test_the_grid_measures_each_seeds_gap_to_the_non_private_run_of_the_same_net
         folder = tmp_path / name
         folder.mkdir()
         study = Study(dataset="npz", data_path="/x/d.npz", model="lenet", norm=norm, dirichlet_weighting=weighting,
-                      warmup_rounds=warmup)
+                      warmup_rounds=warmup, rate_extension_steps=0)  # as the grid's folders from before it
         (folder / "study.json").write_text(describe(study))
         (folder / "table.csv").write_text(csv_text(rows, COLUMNS))
     table, cost = render_grid.rendered(tmp_path).split("\n\n")
@@ -294,3 +294,75 @@ def test_the_grids_prose_in_benchmarks_says_what_the_committed_grid_holds() -> N
     prose = " ".join(text[text.index("What it shows, read seed by seed"):text.index("### 11.3")].split())
     missing = [finding for finding in grid_findings(Grid()) if finding not in prose]
     assert not missing, "BENCHMARKS.md 11.2 does not say what the grid holds:\n" + "\n".join(missing)
+
+
+def test_the_optimizer_table_shows_every_seed_with_its_tried_rates_and_gap_to_the_same_optimizer(
+        tmp_path: Path) -> None:
+    from scripts import render_grid
+    from sims.study.cell import COLUMNS
+    from sims.study.plan import Study
+    from sims.study.runner import csv_text, describe
+    from sims.study.tuning import TUNING_COLUMNS
+
+    folder = tmp_path / "lenet-group-sgd-adam"
+    folder.mkdir()
+    study = Study(dataset="npz", data_path="/x/d.npz", model="lenet", norm="group", optimizers=("sgd", "adam"))
+    (folder / "study.json").write_text(describe(study))
+    row = {"beta": "central", "status": "ok", "min_class_recall": "0.5", "accuracy": "0.9", "macro_auc": "0.99",
+           "dead_classes": 0, "collapsed": 0, "rate_source": "validation"}
+    rows = [{**row, "mechanism": "none", "epsilon": "inf", "seed": 0, "optimizer": o, "learning_rate": rate,
+             "balanced_accuracy": ba} for o, rate, ba in (("sgd", 0.02, "0.90"), ("adam", 0.001, "0.92"))]
+    rows += [{**row, "mechanism": "dirichlet", "epsilon": "1.0", "seed": 0, "optimizer": "sgd", "learning_rate": 0.008,
+              "balanced_accuracy": "0.142857", "min_class_recall": "0.0", "dead_classes": 6, "collapsed": 1},
+             {**row, "mechanism": "dirichlet", "epsilon": "1.0", "seed": 0, "optimizer": "adam",
+              "learning_rate": 0.001, "balanced_accuracy": "0.91"}]
+    (folder / "table.csv").write_text(csv_text(rows, COLUMNS))
+    tuning = [{"beta": "central", "mechanism": "dirichlet", "epsilon": "1.0", "seed": 0, "status": "ok",
+               "optimizer": o, "learning_rate": rate, "balanced_accuracy": "0.5"}
+              for o, rate in (("sgd", 0.02), ("sgd", 0.05), ("sgd", 0.008), ("adam", 0.001))]
+    (folder / "tuning.csv").write_text(csv_text(tuning, TUNING_COLUMNS))
+    assert render_grid.rendered_optimizers(tmp_path).splitlines()[2:] == [
+        "| d.npz | lenet, norm group | cross-entropy | adam | central | inf | given | 0.001 | 0 | 92.0 | 99.0 | 50.0 "
+        "| 0 | no |  |",
+        "| d.npz | lenet, norm group | cross-entropy | sgd | central | inf | given | 0.02 | 0 | 90.0 | 99.0 | 50.0 "
+        "| 0 | no |  |",
+        "| d.npz | lenet, norm group | normalized, cap 20 | adam | central | 1 | 0.001 | 0.001 | 0 | 91.0 | 99.0 | "
+        "50.0 | 0 | no | 1.0 |",
+        "| d.npz | lenet, norm group | normalized, cap 20 | sgd | central | 1 | 0.008/0.02/0.05 | 0.008 | 0 | 14.3 "
+        "| 99.0 | 0.0 | 6 | yes | 75.7 |"]
+
+
+def test_the_optimizer_prose_in_benchmarks_holds_on_the_committed_folder() -> None:
+    """BENCHMARKS.md 11.4's "What it shows": each number it states, read from the committed folder."""
+    import csv
+
+    grid = Path(__file__).resolve().parent.parent / "docs/robustness/grid"
+    folder = grid / "stand-in-lenet-group-normalized-w3-sgd-adam"
+    with open(folder / "table.csv", newline="") as handle:
+        cells = list(csv.DictReader(handle))
+    with open(folder / "tuning.csv", newline="") as handle:
+        tuning = list(csv.DictReader(handle))
+
+    def of(rows: list[dict[str, str]], mechanism: str, optimizer: str) -> list[dict[str, str]]:
+        return [r for r in rows if (r["mechanism"], r["optimizer"]) == (mechanism, optimizer)]
+
+    def gaps(optimizer: str) -> list[float]:
+        plain = {r["seed"]: float(r["balanced_accuracy"]) for r in of(cells, "none", optimizer)}
+        return [plain[r["seed"]] - float(r["balanced_accuracy"]) for r in of(cells, "dirichlet", optimizer)]
+
+    adam, sgd = of(cells, "dirichlet", "adam"), of(cells, "dirichlet", "sgd")
+    assert len(adam) == len(sgd) == 3 and all(r["dead_classes"] == "0" and r["collapsed"] == "0" for r in adam + sgd)
+    assert {r["learning_rate"] for r in adam} == {"0.001"}
+    assert {r["extension"] for r in of(tuning, "dirichlet", "adam")} == {"0"}  # no extension needed
+    assert min(float(r["min_class_recall"]) for r in adam) == pytest.approx(0.767, abs=5e-4)
+    assert max(gaps("adam")) == pytest.approx(0.017, abs=5e-4) and min(gaps("adam")) < 0
+    by_rate = {float(r["learning_rate"]): r for r in of(tuning, "dirichlet", "sgd")}
+    assert int(by_rate[0.02]["dead_classes"]) >= 1
+    assert float(by_rate[0.05]["balanced_accuracy"]) == pytest.approx(0.286, abs=5e-4)
+    assert by_rate[0.1]["collapsed"] == "1"
+    assert (by_rate[0.008]["extension"], by_rate[0.0032]["extension"]) == ("-1", "-2")
+    assert {r["learning_rate"] for r in sgd} == {"0.008"} and max(gaps("sgd")) == pytest.approx(0.029, abs=5e-4)
+    spread = {o: [round(100 * float(r["balanced_accuracy"]), 1) for r in rows]
+              for o, rows in (("sgd", sgd), ("adam", adam))}
+    assert (min(spread["sgd"]), max(spread["sgd"])) == (88.8, 92.9)
+    assert (min(spread["adam"]), max(spread["adam"])) == (91.8, 93.7)

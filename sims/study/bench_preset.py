@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dirichlet_fl.config import DEFAULT_WARMUP_ROUNDS, RunConfig
+from dirichlet_fl.config import RunConfig
 from sims.study.execute import execute
 from sims.study.options import study_of
 from sims.study.runner import describe
@@ -24,11 +24,14 @@ DEFAULTS: dict[str, object] = {
     "dataset": "mnist-idx", "data_root": "data/mnist-t10k", "data_path": "", "num_clients": 10, "model": "lenet",
     "seeds": 3, "epsilons": "0.5,1,2,4,8", "splits": ",".join(SPLITS), "mechanisms": "none,dirichlet,dpsgd",
     "rounds": 20, "local_epochs": 1.0, "batch_size": 32, "learning_rate": None, "dirichlet_learning_rate": None,
-    "dpsgd_learning_rate": None, "rate_grid": "", "learning_rate_mode": "effective", "norm": "default",
-    "dirichlet_weighting": "normalized", "dirichlet_weight_cap": 20.0, "warmup_rounds": DEFAULT_WARMUP_ROUNDS,
+    "dpsgd_learning_rate": None, "rate_grid": "", "adam_rate_grid": "", "optimizers": None,
+    "rate_extension_steps": 2,
+    "learning_rate_mode": "effective", "norm": "default",
+    "dirichlet_weighting": "normalized", "dirichlet_weight_cap": 20.0, "warmup_rounds": None,
     "workers": 2,
 }
-"""The bench's defaults (the parser's own default is None: 'not given'; a rate left None is tuned)."""
+"""The bench's defaults (the parser's own default is None: 'not given'; a rate left None is tuned; the optimizer
+and warm-up left None are the network's own: sims.study.options.with_network_defaults)."""
 QUICK_DPSGD_LEARNING_RATE = 0.02
 """DP-SGD's rate in --quick (digits, batch 8), tuned on its validation split over 0.01-2 (BENCHMARKS.md, section 4)."""
 
@@ -39,9 +42,10 @@ def quick_defaults() -> dict[str, object]:
     app = RunConfig()
     return {"dataset": app.data.dataset, "data_root": "", "data_path": "", "model": app.model,
             "rounds": app.num_server_rounds, "local_epochs": app.local_epochs, "batch_size": app.batch_size,
-            "learning_rate": app.lr.rate, "dirichlet_learning_rate": app.lr.rate,
+            "learning_rate": app.training.rate, "dirichlet_learning_rate": app.training.rate,
+            "optimizers": app.training.optimizer,
             "dpsgd_learning_rate": QUICK_DPSGD_LEARNING_RATE, "dirichlet_weighting": app.dirichlet_weighting,
-            "dirichlet_weight_cap": app.dirichlet_weight_cap, "warmup_rounds": app.lr.warmup_rounds, "seeds": 1,
+            "dirichlet_weight_cap": app.dirichlet_weight_cap, "warmup_rounds": app.training.warmup_rounds, "seeds": 1,
             "epsilons": "1,4"}
 
 
@@ -72,7 +76,7 @@ def run(options: argparse.Namespace, out_dir: Path) -> dict[str, object]:
 
 def summary_lines(report: dict[str, object]) -> list[str]:
     """The markdown table, the rates tuned and where the files are."""
-    rates = [f"{r['mechanism']} beta={r['beta']} eps={float(r['epsilon']):g}: {r['learning_rate']:g}"
+    rates = [f"{r['mechanism']} beta={r['beta']} eps={float(r['epsilon']):g} {r['optimizer']}: {r['learning_rate']:g}"
              for r in report["rates"]]  # type: ignore[attr-defined]
     return [f"{report['rows']} of {report['cells']} cells and {report['tuning_runs']} tuning runs in "
             f"{report['seconds']:.0f} s; metrics (%) mean ± sd over seeds:", str(report["table"]).rstrip(),

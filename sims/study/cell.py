@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from dirichlet_fl.metrics import is_collapsed
 from dirichlet_fl.split import federated_split
 from privacy.analysis import PAPER_DELTA
 from privacy.registry import mechanism_class
@@ -25,9 +26,13 @@ from sims.study.plan import Cell, Study, client_floor, clients_of, run_config
 COLUMNS = ["beta", "epsilon", "mechanism", "seed", "status", "accuracy", "balanced_accuracy", "macro_auc",
            "worst_client_accuracy", "median_client_accuracy", "max_client_epsilon", "delta", "learning_rate",
            "rate_source", "floor", "min_class_recall", "dead_classes", "noise", "failed_clients",
-           "client_accuracies", "seconds", "cpu_seconds"]
+           "client_accuracies", "seconds", "cpu_seconds", "collapsed", "predicted_classes", "optimizer"]
 """table.csv: `beta` holds the partition (a beta, iid, central, classes=K or natural); `rate_source` is
-`flag` (a rate flag gave it) or `validation` (tuned, tuning.csv)."""
+`flag` (a rate flag gave it) or `validation` (tuned, tuning.csv), in the units of the row's `optimizer`
+(sgd or adam; a study folder from before the column ran sgd); `collapsed` is 1 when the final model
+predicts one class only on the evaluation set (a constant predictor, whatever its accuracy), else 0, and
+`dead_classes` counts the classes whose recall is 0: two distinct facts (a study folder from before they
+existed has no `collapsed`)."""
 
 
 def client_accuracies(parts: list[np.ndarray], labels: np.ndarray, recalls: tuple[float, ...]) -> list[float]:
@@ -43,11 +48,14 @@ def client_accuracies(parts: list[np.ndarray], labels: np.ndarray, recalls: tupl
 
 def final_metrics(final: LoopRound) -> dict[str, object]:
     """The global model's metrics after the last round: accuracy, balanced accuracy, macro AUC, the
-    smallest per-class recall and the dead classes (recall 0), classes absent from the evaluation left out."""
+    smallest per-class recall, the dead classes (recall 0), classes absent from the evaluation left out, and
+    whether it collapsed to one class (1 or 0) with how many classes it predicts."""
     recalls = [r for r in final.central_per_class_recall if not math.isnan(r)]
     return {"accuracy": final.central_accuracy, "balanced_accuracy": final.central_balanced_accuracy,
             "macro_auc": final.central_macro_auc, "min_class_recall": min(recalls, default=math.nan),
-            "dead_classes": sum(1 for r in recalls if r == 0.0)}
+            "dead_classes": sum(1 for r in recalls if r == 0.0),
+            "collapsed": int(is_collapsed(final.central_predicted_classes, len(recalls))),
+            "predicted_classes": final.central_predicted_classes}
 
 
 def noise_range(parameters: dict[int, dict[str, float]]) -> str:
@@ -60,14 +68,15 @@ def noise_range(parameters: dict[int, dict[str, float]]) -> str:
 
 
 def run_cell(study: Study, cell: Cell, rate: float, source: str) -> dict[str, object]:
-    """Run one cell at SGD rate `rate` (from `source`: flag or validation); its table.csv row (COLUMNS;
+    """Run one cell at its optimizer's rate `rate` (from `source`: flag or validation); its table.csv row (COLUMNS;
     CPU seconds: what the cell costs on an idle core)."""
     start, cpu_start = time.perf_counter(), time.process_time()
     config = run_config(study, cell, rate)
     clients = clients_of(study, cell.partition)
     mechanism = mechanism_class(cell.mechanism)
     row: dict[str, object] = {"beta": cell.partition, "epsilon": cell.epsilon, "mechanism": cell.mechanism,
-                              "seed": cell.seed, "delta": PAPER_DELTA, "learning_rate": rate, "rate_source": source,
+                              "seed": cell.seed, "optimizer": cell.optimizer, "delta": PAPER_DELTA,
+                              "learning_rate": rate, "rate_source": source,
                               "floor": client_floor(config, clients) if mechanism.has_epsilon_floor else ""}
     result = run_fedavg(config, clients)
     final = result.rounds[-1] if result.rounds else None

@@ -21,10 +21,9 @@ from sims.study.runner import (
     run_all,
 )
 from sims.study.tuning import (
-    chosen_rates,
     describe_choice,
     edge_warnings,
-    parse_rate_grid,
+    study_grids,
     tuning_key,
     tuning_runs,
 )
@@ -32,11 +31,12 @@ from sims.study.tuning import (
 
 def _app_checks(study: Study) -> None:
     """The app's own range checks (model, batch size, every rate a run may use) before any training."""
-    grid = parse_rate_grid(study.rate_grid)
-    for mechanism in study.mechanisms:
-        given = given_rate(study, mechanism)
-        for rate in grid[mechanism] if given is None else (given,):
-            run_config(study, Cell(study.partitions[0], mechanism, study.epsilons[0], study.seeds[0]), rate)
+    for optimizer, grid in study_grids(study).items():
+        for mechanism in study.mechanisms:
+            given = given_rate(study, mechanism)
+            for rate in grid[mechanism] if given is None else (given,):
+                cell = Cell(study.partitions[0], mechanism, study.epsilons[0], study.seeds[0], optimizer)
+                run_config(study, cell, rate)
 
 
 def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
@@ -52,7 +52,7 @@ def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
     rows, tuning_rows = (done, tuned) if table_only else run_all(study, workers, out_dir, done, tuned)
     keys = {cell.key for cell in cells(study)}
     rows = [row for row in rows if row_key(row) in keys]
-    wanted = {run.key for run in tuning_runs(study)}
+    wanted = {run.key for run in tuning_runs(study, tuning_rows)}
     tuning_rows = [row for row in tuning_rows if tuning_key(row) in wanted]
     write_atomically(out_dir / "table.md", markdown_table(rows, study).encode())
     plot_accuracy(rows, study, out_dir / "accuracy_vs_epsilon.png")
@@ -61,7 +61,7 @@ def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,
     complete = len(tuning_rows) == len(wanted)
     return {"seconds": time.perf_counter() - start, "cells": len(keys), "rows": len(rows), "resumed": len(done),
             "tuning_runs": len(tuning_rows), "tuning_resumed": len(tuned),
-            "rates": describe_choice(chosen_rates(study, tuning_rows)) if complete else [],
+            "rates": describe_choice(study, tuning_rows) if complete else [],
             "rate_warnings": edge_warnings(study, tuning_rows) if complete else [],
             "table": markdown_table(rows, study), "out": str(out_dir),
             "files": [str(out_dir / name) for name in (STUDY_FILE, TABLE_FILE, TUNING_FILE, "table.md")],

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dirichlet_fl.config import OPTIMIZERS
 from dirichlet_fl.data import NPZ, dataset_num_classes
 from sims.study.data_file import check_medmnist_layout
 from sims.study.plan import MECHANISMS, RATE_FLAGS, Study, parse_partition
-from sims.study.tuning import grid_text, parse_rate_grid
+from sims.study.tuning import MAX_EXTENSION_STEPS, grid_text, parse_rate_grid
 
 
 def numbers(flag: str, text: str, kind: type = float) -> tuple:
@@ -37,7 +38,9 @@ def _check_ranges(args: argparse.Namespace, partitions: tuple, epsilons: tuple, 
                "a subset of none,dirichlet,dpsgd"),
               ("--seeds", args.seeds >= 1, "give >= 1"), ("--workers", args.workers >= 1, "give >= 1"),
               ("--num-clients", args.num_clients >= 2, "give >= 2"),
-              ("--warmup-rounds", args.warmup_rounds >= 0, "give >= 0 (0: no warm-up)")]
+              ("--warmup-rounds", args.warmup_rounds >= 0, "give >= 0 (0: no warm-up)"),
+              ("--rate-extension-steps", 0 <= args.rate_extension_steps <= MAX_EXTENSION_STEPS,
+               f"give 0 to {MAX_EXTENSION_STEPS} (0: never extend the grid)")]
     for flag, ok, fix in checks:
         if not ok:
             raise ValueError(f"{flag}={getattr(args, flag[2:].replace('-', '_'))!r} is out of range: {fix}")
@@ -47,14 +50,44 @@ def _check_ranges(args: argparse.Namespace, partitions: tuple, epsilons: tuple, 
             raise ValueError(f"{flag}={rate!r} is out of range: give a rate > 0, or leave it out to tune it")
 
 
+def optimizers_of(args: argparse.Namespace, rates: dict[str, float | None]) -> tuple[str, ...]:
+    """--optimizers, each once; a rate flag is in one optimizer's units, so it is refused beside two."""
+    optimizers = tuple(dict.fromkeys(o.strip() for o in args.optimizers.split(",") if o.strip()))
+    if not optimizers or not set(optimizers) <= set(OPTIMIZERS):
+        raise ValueError(f"--optimizers={args.optimizers!r} is invalid: give one or more of {', '.join(OPTIMIZERS)}")
+    given = [RATE_FLAGS[m] for m, rate in rates.items() if rate is not None]
+    if len(optimizers) > 1 and given:
+        raise ValueError(f"{given[0]} with --optimizers={','.join(optimizers)}: a rate is in one optimizer's units "
+                         "(SGD's effective rate is not Adam's); leave it out to tune each optimizer over its own grid, "
+                         "or give one optimizer")
+    return optimizers
+
+
+def with_network_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with --optimizers and --warmup-rounds, where not given (None), the network's own: its Recipe
+    (dirichlet_fl.models), for --model with --norm."""
+    from dirichlet_fl.recipes import recipe
+
+    own = recipe(args.model, args.norm)
+    return argparse.Namespace(**{**vars(args),
+                                 "optimizers": own.optimizer if args.optimizers is None else args.optimizers,
+                                 "warmup_rounds": own.warmup_rounds if args.warmup_rounds is None
+                                 else args.warmup_rounds})
+
+
 def study_of(args: argparse.Namespace) -> Study:
-    """The Study the options describe (a rate flag not given: None, tuned on the validation split)."""
+    """The Study the options describe (a rate flag not given: None, tuned on the validation split; the optimizer
+    and warm-up not given: the network's own)."""
+    args = with_network_defaults(args)
     partitions = partitions_of(args)
     epsilons = tuple(sorted(set(numbers("--epsilons", args.epsilons))))
     mechanisms = tuple(dict.fromkeys(m.strip() for m in args.mechanisms.split(",") if m.strip()))
     _check_ranges(args, partitions, epsilons, mechanisms)
-    grid = parse_rate_grid(args.rate_grid)
     rates = {m: getattr(args, flag[2:].replace("-", "_")) for m, flag in RATE_FLAGS.items()}
+    optimizers = optimizers_of(args, rates)
+    tuned = tuple(m for m in mechanisms if rates[m] is None)
+    parsed = {"sgd": parse_rate_grid(args.rate_grid, "sgd"), "adam": parse_rate_grid(args.adam_rate_grid, "adam")}
+    grids = {o: grid_text(grid, tuned) if o in optimizers else "" for o, grid in parsed.items()}
     if args.data_path and args.dataset != NPZ:
         check_medmnist_layout(Path(args.data_path), dataset_num_classes(args.dataset))
     return Study(dataset=args.dataset, data_root=args.data_root,
@@ -63,7 +96,8 @@ def study_of(args: argparse.Namespace) -> Study:
                  mechanisms=mechanisms, seeds=tuple(range(args.seeds)), model=args.model, rounds=args.rounds,
                  local_epochs=args.local_epochs, batch_size=args.batch_size, learning_rate=rates["none"],
                  dirichlet_learning_rate=rates["dirichlet"], dpsgd_learning_rate=rates["dpsgd"],
-                 rate_grid=grid_text(grid, tuple(m for m in mechanisms if rates[m] is None)),
+                 rate_grid=grids["sgd"], optimizers=optimizers, adam_rate_grid=grids["adam"],
+                 rate_extension_steps=args.rate_extension_steps,
                  learning_rate_mode=args.learning_rate_mode, validation=args.validation, norm=args.norm,
                  dirichlet_weighting=args.dirichlet_weighting, dirichlet_weight_cap=args.dirichlet_weight_cap,
                  warmup_rounds=args.warmup_rounds, device=args.device)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
-from dirichlet_fl.config import DEFAULT_WARMUP_ROUNDS, DataConfig, LearningRateConfig, RunConfig
+from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
 from dirichlet_fl.data import NPZ, load_dataset
+from dirichlet_fl.recipes import DEFAULT_WARMUP_ROUNDS
 from dirichlet_fl.split import FederatedSplit, federated_split
 from privacy.analysis import PAPER_DELTA, epsilon_floor
 from privacy.registry import BASELINE_FIRST, mechanism_class
@@ -49,12 +50,24 @@ class Study:
     local_epochs: float = 1.0
     batch_size: int = 10
     learning_rate: float | None = None
-    """Plain SGD rate of mechanism none; None: tuned on the validation split."""
+    """The rate of mechanism none (in the one optimizer's units; SGD: a plain rate); None: tuned on the
+    validation split."""
     dirichlet_learning_rate: float | None = None
-    """The Dirichlet clients' effective rate (each runs SGD at this / kappa_i(s_ref) at its own r*); None: tuned."""
+    """The Dirichlet clients' rate (SGD: the effective rate, each client runs SGD at this / kappa_i(s_ref) at its
+    own r*; Adam: Adam's own rate); None: tuned."""
     dpsgd_learning_rate: float | None = None
     rate_grid: str = ""
-    """The rates tried for each tuned mechanism, canonical 'none=0.02/0.05/0.1,...' (sims/study/tuning.py)."""
+    """SGD's rates tried for each tuned mechanism, canonical 'none=0.02/0.05/0.1,...' (sims/study/tuning.py);
+    empty when SGD is not among the optimizers."""
+    optimizers: tuple[str, ...] = ("sgd",)
+    """The optimizer axis (dirichlet_fl.config.OPTIMIZERS): every cell runs once per optimizer, each at its own
+    rate, tuned over its own grid. A study.json from before the axis existed ran SGD only."""
+    adam_rate_grid: str = ""
+    """Adam's rates tried for each tuned mechanism (Adam's own units), as rate_grid; empty without Adam."""
+    rate_extension_steps: int = 2
+    """When the rate chosen is the only good one and at an end of the rates tried, the tuner tries one more
+    geometric step beyond that end, up to this many each way (sims/study/tuning.py); 0: never. A study.json
+    from before it existed never extended."""
     learning_rate_mode: str = "effective"
     max_grad_norm: float = 1.0
     alpha: float = 3.0
@@ -72,16 +85,17 @@ class Study:
 
 @dataclass(frozen=True)
 class Cell:
-    """One run: a partition, a mechanism, a target eps (inf for none) and a seed."""
+    """One run: a partition, a mechanism, a target eps (inf for none), a seed and an optimizer."""
 
     partition: str
     mechanism: str
     epsilon: float
     seed: int
+    optimizer: str = "sgd"
 
     @property
-    def key(self) -> tuple[str, str, float, int]:
-        return (self.partition, self.mechanism, self.epsilon, self.seed)
+    def key(self) -> tuple[str, str, float, int, str]:
+        return (self.partition, self.mechanism, self.epsilon, self.seed, self.optimizer)
 
 
 def parse_partition(word: str) -> str:
@@ -101,12 +115,13 @@ def parse_partition(word: str) -> str:
 def cells(study: Study) -> list[Cell]:
     """Every cell, in an order that makes a stopped study useful: the baselines and eps 1 and 4 first,
     then seed by seed, and within a seed Dirichlet, then none, then DP-SGD (the slowest); so a study
-    stopped part-way holds every partition at the headline eps for one seed before it adds seeds."""
+    stopped part-way holds every partition at the headline eps for one seed before it adds seeds; every
+    optimizer of a cell runs next to the others."""
     order = sorted(study.mechanisms, key=("dirichlet", "none", "dpsgd").index)
-    every = [Cell(partition, mechanism, epsilon, seed)
+    every = [Cell(partition, mechanism, epsilon, seed, optimizer)
              for mechanism in order for partition in study.partitions
              for epsilon in (study.epsilons if mechanism_class(mechanism).private else (math.inf,))
-             for seed in study.seeds]
+             for seed in study.seeds for optimizer in study.optimizers]
     return sorted(every, key=lambda c: (not (math.isinf(c.epsilon) or c.epsilon in PRIORITY_EPSILONS), c.seed))
 
 
@@ -115,7 +130,8 @@ def clients_of(study: Study, partition: str) -> int:
 
 
 def given_rate(study: Study, mechanism: str) -> float | None:
-    """The mechanism's rate from its flag, or None: tuned on the validation split."""
+    """The mechanism's rate from its flag (in the units of the study's one optimizer: options.py refuses a
+    rate flag with two), or None: tuned on the validation split."""
     return {"none": study.learning_rate, "dirichlet": study.dirichlet_learning_rate,
             "dpsgd": study.dpsgd_learning_rate}[mechanism]
 
@@ -137,7 +153,7 @@ def data_source(study: Study) -> tuple[str, str, str]:
 
 
 def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = None) -> RunConfig:
-    """The app's run config of a cell at SGD rate `rate`, evaluated on the validation split when
+    """The app's run config of a cell at its optimizer's rate `rate`, evaluated on the validation split when
     `validation` (default: the study's --validation); client evaluation off: the study evaluates the
     global model."""
     partition = cell.partition
@@ -159,7 +175,7 @@ def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = 
         local_epochs=study.local_epochs, device=study.device, fraction_evaluate=0.0, results_dir="",
         norm=study.norm, dirichlet_weighting=study.dirichlet_weighting,
         dirichlet_weight_cap=study.dirichlet_weight_cap, data=data,
-        lr=LearningRateConfig(optimizer="sgd", rate=rate, mode=study.learning_rate_mode,
+        lr=LearningRateConfig(optimizer=cell.optimizer, rate=rate, mode=study.learning_rate_mode,
                               warmup_rounds=study.warmup_rounds),
     )
     config.validate()

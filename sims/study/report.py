@@ -1,8 +1,8 @@
 """The study's summary (table.md: mean ± sd over seeds) and pictures, from table.csv's rows.
 
 Pictures (matplotlib's object-oriented Agg API, written atomically: dirichlet_fl.files.atomic_path):
-accuracy_vs_epsilon.png (accuracy and balanced accuracy against eps, one line per partition and
-mechanism, mechanism none as a horizontal line), client_spread.png (per cell, the clients' accuracies
+accuracy_vs_epsilon.png (accuracy and balanced accuracy against eps, one line per partition,
+mechanism and optimizer, mechanism none as a horizontal line), client_spread.png (per cell, the clients' accuracies
 on their own label mix, pooled over seeds, as a box plot) and partition-<beta>.png (the class x
 client counts of each partition, seed of the study's first seed; dirichlet_fl.partition's heat map).
 """
@@ -21,6 +21,7 @@ from dirichlet_fl.partition import label_counts, plot_label_counts
 from dirichlet_fl.split import federated_split
 from privacy.registry import BASELINE_FIRST, mechanism_class
 from sims.study.plan import Cell, Study, clients_of, run_config
+from sims.study.tuning import optimizer_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -37,16 +38,19 @@ def number(value: object) -> float:
     return math.nan if text in ("", "nan", "None") else float(text)
 
 
-def groups(rows: list[dict[str, object]], study: Study) -> list[tuple[tuple[str, str, float], list[dict]]]:
-    """The finished rows per (partition, mechanism, eps), in the study's partition order, then mechanism,
-    then eps."""
-    found: dict[tuple[str, str, float], list[dict]] = {}
+def groups(rows: list[dict[str, object]], study: Study) -> list[tuple[tuple[str, str, float, str], list[dict]]]:
+    """The finished rows per (partition, mechanism, eps, optimizer), in the study's partition order, then
+    mechanism, then eps, then the study's optimizer order (a row from before the optimizer column: sgd)."""
+    found: dict[tuple[str, str, float, str], list[dict]] = {}
     for row in rows:
         if row["status"] == "ok":
-            found.setdefault((str(row["beta"]), str(row["mechanism"]), number(row["epsilon"])), []).append(row)
+            key = (str(row["beta"]), str(row["mechanism"]), number(row["epsilon"]), optimizer_of(row))
+            found.setdefault(key, []).append(row)
     ranks = {p: i for i, p in enumerate(study.partitions)}
+    optimizers = {o: i for i, o in enumerate(study.optimizers)}
     return sorted(found.items(), key=lambda item: (ranks.get(item[0][0], len(ranks)),
-                                                   MECHANISM_ORDER.index(item[0][1]), item[0][2]))
+                                                   MECHANISM_ORDER.index(item[0][1]), item[0][2],
+                                                   optimizers.get(item[0][3], len(optimizers))))
 
 
 def rounded_up(value: float, digits: int = 4) -> str:
@@ -67,17 +71,26 @@ def _mean_sd(values: list[float]) -> str:
     return f"{100 * statistics.mean(values):.1f} ± {100 * sd:.1f}"
 
 
+def collapsed_seeds(members: list[dict[str, object]]) -> str:
+    """How many of a group's seeds collapsed to one class ('k of n'), '-' when its rows predate the column."""
+    known = [number(m.get("collapsed", "")) for m in members]
+    if any(math.isnan(value) for value in known):
+        return "-"
+    return f"{sum(1 for value in known if value)} of {len(known)}"
+
+
 def markdown_table(rows: list[dict[str, object]], study: Study) -> str:
     """table.md: one line per (partition, mechanism, eps), metrics in % as mean ± sd over the seeds
-    finished (their number shown), and the largest client eps (delta = 1e-5) over those seeds."""
-    lines = ["| beta | mechanism | eps | seeds | " + " | ".join(HEADERS) + " | max client eps |",
-             "|---" * (5 + len(HEADERS)) + "|"]
-    for (partition, mechanism, epsilon), members in groups(rows, study):
+    finished (their number shown), the largest client eps (delta = 1e-5) over those seeds, and how many
+    of them collapsed to one class (their accuracy is a constant predictor's, not a model's)."""
+    lines = ["| beta | mechanism | optimizer | eps | seeds | " + " | ".join(HEADERS) + " | max client eps | "
+             "collapsed |", "|---" * (7 + len(HEADERS)) + "|"]
+    for (partition, mechanism, epsilon, optimizer), members in groups(rows, study):
         metrics = [_mean_sd([number(m[name]) for m in members]) for name in METRICS]
         spent = max(number(m["max_client_epsilon"]) for m in members)
         shown = "inf" if math.isinf(epsilon) else f"{epsilon:g}"
-        lines.append(f"| {partition} | {mechanism} | {shown} | {len(members)} | " + " | ".join(metrics)
-                     + f" | {rounded_up(spent)} |")
+        lines.append(f"| {partition} | {mechanism} | {optimizer} | {shown} | {len(members)} | " + " | ".join(metrics)
+                     + f" | {rounded_up(spent)} | {collapsed_seeds(members)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -99,19 +112,24 @@ def plot_accuracy(rows: list[dict[str, object]], study: Study, path: Path) -> No
     """Accuracy and balanced accuracy (mean over seeds) against eps, one colour per partition."""
     figure, axes = _figure(11, 4.2, panels=2)
     colours = {p: f"C{i % 10}" for i, p in enumerate(study.partitions)}
-    styles = {"dirichlet": "-o", "dpsgd": "--s"}
+    styles = {("dirichlet", "sgd"): "-o", ("dpsgd", "sgd"): "--s", ("dirichlet", "adam"): "-.^",
+              ("dpsgd", "adam"): ":v"}
+    plain = {"sgd": ":", "adam": "-."}
     summary = groups(rows, study)
     for panel, metric in zip(axes, ("accuracy", "balanced_accuracy")):
         for partition in study.partitions:
             for mechanism in study.mechanisms:
-                points = [(eps, statistics.mean(number(m[metric]) for m in members))
-                          for (p, mech, eps), members in summary if p == partition and mech == mechanism]
-                if not mechanism_class(mechanism).private and points:
-                    panel.axhline(100 * points[0][1], color=colours[partition], linestyle=":",
-                                  label=f"beta={partition} {mechanism}")
-                elif points:
-                    panel.plot([e for e, _ in points], [100 * a for _, a in points], styles[mechanism],
-                               color=colours[partition], label=f"beta={partition} {mechanism}")
+                for optimizer in study.optimizers:
+                    points = [(eps, statistics.mean(number(m[metric]) for m in members))
+                              for (p, mech, eps, o), members in summary
+                              if (p, mech, o) == (partition, mechanism, optimizer)]
+                    label = f"beta={partition} {mechanism}" + (f" {optimizer}" if len(study.optimizers) > 1 else "")
+                    if not mechanism_class(mechanism).private and points:
+                        panel.axhline(100 * points[0][1], color=colours[partition], linestyle=plain[optimizer],
+                                      label=label)
+                    elif points:
+                        panel.plot([e for e, _ in points], [100 * a for _, a in points],
+                                   styles[(mechanism, optimizer)], color=colours[partition], label=label)
         panel.set(xscale="log", xlabel="target eps per client (delta = 1e-5)",
                   ylabel=f"{metric.replace('_', ' ')} (%)", title=f"{metric.replace('_', ' ')} against eps")
     axes[0].legend(fontsize=7)
@@ -123,10 +141,11 @@ def plot_client_spread(rows: list[dict[str, object]], study: Study, path: Path) 
     summary = groups(rows, study)
     figure, (axes,) = _figure(max(5.0, 0.7 * len(summary) + 2), 4.2)
     data, labels = [], []
-    for (partition, mechanism, epsilon), members in summary:
+    for (partition, mechanism, epsilon, optimizer), members in summary:
         values = [100 * float(a) for m in members for a in str(m["client_accuracies"]).split(";") if a]
         data.append([v for v in values if not math.isnan(v)])
-        labels.append(f"{partition}\n{mechanism}\n{'' if math.isinf(epsilon) else f'eps {epsilon:g}'}")
+        shown = f"{mechanism} {optimizer}" if len(study.optimizers) > 1 else mechanism
+        labels.append(f"{partition}\n{shown}\n{'' if math.isinf(epsilon) else f'eps {epsilon:g}'}")
     if data:
         axes.boxplot(data)
         axes.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)

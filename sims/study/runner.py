@@ -26,13 +26,23 @@ from typing import Any
 from dirichlet_fl.files import write_atomically
 from sims.study.cell import COLUMNS, run_cell
 from sims.study.plan import Cell, Study, cells, given_rate
-from sims.study.tuning import TUNING_COLUMNS, TuningRun, chosen_rates, run_tuning, tuning_key, tuning_runs
+from sims.study.tuning import (
+    TUNING_COLUMNS,
+    Group,
+    TuningRun,
+    chosen_rates,
+    optimizer_of,
+    run_tuning,
+    tuning_key,
+    tuning_runs,
+)
 
 STUDY_FILE = "study.json"
 TABLE_FILE = "table.csv"
 TUNING_FILE = "tuning.csv"
-LEGACY_VALUES: dict[str, Any] = {"warmup_rounds": 0}
-"""What a study.json written before a field existed ran with: no warm-up."""
+LEGACY_VALUES: dict[str, Any] = {"warmup_rounds": 0, "optimizers": ["sgd"], "adam_rate_grid": "",
+                                 "rate_extension_steps": 0}
+"""What a study.json written before a field existed ran with: no warm-up, SGD only, no grid extension."""
 FLAGS = {"partitions": "--betas"}
 """The flag of a Study field whose name is not the flag's (the partitions: --betas, --classes-per-client
 and --site-file together)."""
@@ -56,8 +66,10 @@ def load_study(path: Path) -> Study:
     return Study(**values)
 
 
-def row_key(row: dict[str, object]) -> tuple[str, str, float, int]:
-    return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), int(str(row["seed"])))
+def row_key(row: dict[str, object]) -> tuple[str, str, float, int, str]:
+    """A table.csv row's cell (Cell.key); a row from before the optimizer column ran SGD."""
+    return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), int(str(row["seed"])),
+            optimizer_of(row))
 
 
 def read_rows(path: Path, key: Callable[[dict[str, object]], tuple]) -> list[dict[str, object]]:
@@ -142,8 +154,7 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
             tuned: list[dict[str, object]]) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """Run every tuning run not in `tuned`, then every cell not in `done` (on `workers` processes; 1: in
     this process), keeping tuning.csv and table.csv current; return both files' rows."""
-    finished_tuning = {tuning_key(row) for row in tuned}
-    tuning_todo: list[Task] = [(study, run) for run in tuning_runs(study) if run.key not in finished_tuning]
+    tuning_todo = _tuning_todo(study, tuned)
     finished = {row_key(row) for row in done}
     todo = [cell for cell in cells(study) if cell.key not in finished]
     progress = Progress(len(tuning_todo) + len(todo))
@@ -151,28 +162,43 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
     write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS).encode())
     write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS).encode())
     with _mapper(workers if len(tuning_todo) + len(todo) > 1 else 1) as mapper:
-        for row in mapper(tuning_todo):
-            tuning_rows.append(row)
-            write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS).encode())
-            shown = (f"validation balanced accuracy {row['balanced_accuracy']:.4f}" if row["status"] == "ok"
-                     else str(row["status"]))
-            progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} rate "
-                            f"{row['learning_rate']:g} seed {row['seed']}", shown, float(str(row["seconds"])))
+        while tuning_todo:  # the grid's runs, then each wave of extensions beyond an edge they chose
+            for row in mapper(tuning_todo):
+                tuning_rows.append(row)
+                write_atomically(out_dir / TUNING_FILE, csv_text(tuning_rows, TUNING_COLUMNS).encode())
+                shown = (f"{_collapsed(row)}validation balanced accuracy {row['balanced_accuracy']:.4f}"
+                         if row["status"] == "ok" else str(row["status"]))
+                progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} "
+                                f"{row['optimizer']} rate {row['learning_rate']:g} seed {row['seed']}", shown,
+                                float(str(row["seconds"])))
+            tuning_todo = _tuning_todo(study, tuning_rows)
+            progress.total += len(tuning_todo)
         chosen = chosen_rates(study, tuning_rows)
         tasks: list[Task] = [(study, cell, *_rate(study, cell, chosen)) for cell in todo]
         for row in mapper(tasks):
             rows.append(row)
             write_atomically(out_dir / TABLE_FILE, csv_text(rows, COLUMNS).encode())
             accuracy = row.get("accuracy")
-            shown = f"accuracy {accuracy:.4f}" if isinstance(accuracy, float) else str(row["status"])
+            shown = f"{_collapsed(row)}accuracy {accuracy:.4f}" if isinstance(accuracy, float) else str(row["status"])
             progress.report(f"beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} seed {row['seed']} "
-                            f"rate {row['learning_rate']:g}", shown, float(str(row["seconds"])))
+                            f"{row['optimizer']} rate {row['learning_rate']:g}", shown, float(str(row["seconds"])))
     return rows, tuning_rows
 
 
-def _rate(study: Study, cell: Cell, chosen: dict[tuple[str, str, float], float]) -> tuple[float, str]:
-    """The cell's rate and where it comes from: its flag, or the tuning runs' choice."""
+def _tuning_todo(study: Study, rows: list[dict[str, object]]) -> list[Task]:
+    """The tuning runs the study needs, given the finished `rows`, that none of them is."""
+    finished = {tuning_key(row) for row in rows}
+    return [(study, run) for run in tuning_runs(study, rows) if run.key not in finished]
+
+
+def _collapsed(row: dict[str, object]) -> str:
+    """A progress line's flag for a run whose model predicts one class only (never a plain accuracy)."""
+    return "COLLAPSED to one class: " if row.get("collapsed") else ""
+
+
+def _rate(study: Study, cell: Cell, chosen: dict[Group, float]) -> tuple[float, str]:
+    """The cell's rate and where it comes from: its flag, or the tuning runs' choice for its optimizer."""
     given = given_rate(study, cell.mechanism)
     if given is not None:
         return given, "flag"
-    return chosen[(cell.partition, cell.mechanism, cell.epsilon)], "validation"
+    return chosen[(cell.partition, cell.mechanism, cell.epsilon, cell.optimizer)], "validation"

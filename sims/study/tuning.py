@@ -1,11 +1,12 @@
 """Each mechanism's rate, tuned on the validation split before the cells run (never on the test split).
 
 For every mechanism whose rate no flag gives, seed 0 of each (partition, mechanism, eps) trains once
-per rate of the grid (--rate-grid, e.g. `none=0.02/0.05/0.1,dirichlet=0.02/0.05/0.1`) with a
-stratified 20 % of the training data held out as its evaluation set (the split --validation uses);
-the test split is never read. The rate chosen is, among the rates whose validation balanced accuracy
-is within one point (TOLERANCE) of the best, the smallest: a rate at the edge of divergence may fit
-one start and not another. Each run is a row of tuning.csv (TUNING_COLUMNS).
+per rate of its optimizer's grid (SGD: --rate-grid, effective rates, e.g. `none=0.02/0.05/0.1`; Adam:
+--adam-rate-grid, Adam's own units) with a stratified 20 % of the training data held out as its
+evaluation set (the split --validation uses); the test split is never read. Each optimizer has its own
+choice. The rate chosen is, among the rates whose validation balanced accuracy is within one point
+(TOLERANCE) of the best, the smallest: a rate at the edge of divergence may fit one start and not
+another. Each run is a row of tuning.csv (TUNING_COLUMNS).
 """
 
 from __future__ import annotations
@@ -22,45 +23,70 @@ from sims.study.plan import MECHANISMS, Cell, Study, cells, clients_of, run_conf
 
 DEFAULT_GRID: dict[str, tuple[float, ...]] = {
     "none": (0.02, 0.05, 0.1), "dirichlet": (0.02, 0.05, 0.1), "dpsgd": (0.05, 0.1, 0.2)}
-"""The rates tried per mechanism (the Dirichlet ones are effective rates: each client divides by its kappa)."""
+"""SGD's rates tried per mechanism (the Dirichlet ones are effective rates: each client divides by its kappa)."""
+ADAM_GRID: dict[str, tuple[float, ...]] = {mechanism: (3e-4, 1e-3, 3e-3) for mechanism in MECHANISMS}
+"""Adam's rates tried per mechanism, in Adam's own units (no kappa: docs/learning-rates.md); 1e-3 is the
+paper's Appendix G rate."""
+DEFAULT_GRIDS = {"sgd": DEFAULT_GRID, "adam": ADAM_GRID}
+GRID_FLAGS = {"sgd": "--rate-grid", "adam": "--adam-rate-grid"}
+"""Each optimizer's grid flag (and the Study field it fills: rate_grid, adam_rate_grid)."""
+MAX_EXTENSION_STEPS = 5
+"""--rate-extension-steps must be at most this: each step is a whole tuning run per group."""
 TOLERANCE = 0.01
 """One point of balanced accuracy: the rates this close to the best count as equally good."""
 TUNING_SEED = 0
 TUNING_COLUMNS = ["beta", "mechanism", "epsilon", "seed", "learning_rate", "status", "balanced_accuracy", "accuracy",
-                  "macro_auc", "min_class_recall", "dead_classes", "evaluated_on", "seconds", "cpu_seconds"]
+                  "macro_auc", "min_class_recall", "dead_classes", "evaluated_on", "seconds", "cpu_seconds",
+                  "collapsed", "predicted_classes", "optimizer", "extension"]
+"""`extension`: 0 for a rate of the grid, -k / +k for the k-th step the tuner tried below / above it."""
+
+
+Group = tuple[str, str, float, str]
+"""What one rate is tuned for: (partition, mechanism, eps, optimizer)."""
 
 
 @dataclass(frozen=True)
 class TuningRun:
-    """One tuning run: seed 0 of a (partition, mechanism, eps) at one rate of the grid."""
+    """One tuning run: seed 0 of a (partition, mechanism, eps) with one optimizer at one rate of its grid."""
 
     partition: str
     mechanism: str
     epsilon: float
     rate: float
+    optimizer: str = "sgd"
+    extension: int = 0
+    """0: a rate of the grid; -k / +k: the k-th geometric step below / above it (extended_rates)."""
 
     @property
-    def key(self) -> tuple[str, str, float, float]:
-        return (self.partition, self.mechanism, self.epsilon, self.rate)
+    def key(self) -> tuple[str, str, float, str, float]:
+        return (self.partition, self.mechanism, self.epsilon, self.optimizer, self.rate)
 
     @property
-    def group(self) -> tuple[str, str, float]:
-        return (self.partition, self.mechanism, self.epsilon)
+    def group(self) -> Group:
+        return (self.partition, self.mechanism, self.epsilon, self.optimizer)
 
 
-def parse_rate_grid(text: str) -> dict[str, tuple[float, ...]]:
-    """'none=0.02/0.05,dpsgd=0.1' over DEFAULT_GRID (the mechanisms named get the rates given), each grid
-    sorted; ValueError naming --rate-grid for an unknown mechanism, a non-numeric or non-positive rate."""
-    grid = dict(DEFAULT_GRID)
-    for name, rates in parse_named_values("--rate-grid", text):
+def parse_rate_grid(text: str, optimizer: str = "sgd") -> dict[str, tuple[float, ...]]:
+    """'none=0.02/0.05,dpsgd=0.1' over the optimizer's default grids (the mechanisms named get the rates given),
+    each grid sorted; ValueError naming the optimizer's grid flag for an unknown mechanism, a non-numeric or
+    non-positive rate."""
+    flag, grid = GRID_FLAGS[optimizer], dict(DEFAULT_GRIDS[optimizer])
+    for name, rates in parse_named_values(flag, text):
         if name not in MECHANISMS:
-            raise ValueError(f"--rate-grid: unknown mechanism {name!r}; valid: {', '.join(MECHANISMS)}")
+            raise ValueError(f"{flag}: unknown mechanism {name!r}; valid: {', '.join(MECHANISMS)}")
         bad = [rate for rate in rates if not (rate > 0 and math.isfinite(rate))]
         if not rates or bad:
-            raise ValueError(f"--rate-grid {name}={'/'.join(f'{r:g}' for r in rates)} is out of range: give one "
-                             f"or more rates > 0 separated by '/', e.g. {name}=0.02/0.05/0.1")
+            example = "/".join(f"{r:g}" for r in DEFAULT_GRIDS[optimizer][name])
+            raise ValueError(f"{flag} {name}={'/'.join(f'{r:g}' for r in rates)} is out of range: give one "
+                             f"or more rates > 0 separated by '/', e.g. {name}={example}")
         grid[name] = tuple(sorted(set(rates)))
     return grid
+
+
+def study_grids(study: Study) -> dict[str, dict[str, tuple[float, ...]]]:
+    """Each optimizer of the study's rate grids per mechanism."""
+    texts = {"sgd": study.rate_grid, "adam": study.adam_rate_grid}
+    return {optimizer: parse_rate_grid(texts[optimizer], optimizer) for optimizer in study.optimizers}
 
 
 def grid_text(grid: dict[str, tuple[float, ...]], mechanisms: tuple[str, ...]) -> str:
@@ -68,30 +94,83 @@ def grid_text(grid: dict[str, tuple[float, ...]], mechanisms: tuple[str, ...]) -
     return ",".join(f"{m}={'/'.join(f'{rate:g}' for rate in grid[m])}" for m in MECHANISMS if m in mechanisms)
 
 
-def tuning_runs(study: Study) -> list[TuningRun]:
-    """Every tuning run of the study, in the order of its cells (the headline eps first)."""
-    grid = parse_rate_grid(study.rate_grid)
+def tuning_runs(study: Study, rows: list[dict[str, object]] | tuple = ()) -> list[TuningRun]:
+    """Every tuning run of the study, in the order of its cells (the headline eps first): each group's grid,
+    then the extensions beyond an edge that its finished `rows` call for (extended_rates)."""
+    grids = study_grids(study)
     tuned = tuned_mechanisms(study)
-    return [TuningRun(cell.partition, cell.mechanism, cell.epsilon, rate)
-            for cell in cells(study) if cell.seed == TUNING_SEED and cell.mechanism in tuned
-            for rate in grid[cell.mechanism]]
+    groups = [cell for cell in cells(study) if cell.seed == TUNING_SEED and cell.mechanism in tuned]
+    by_group: dict[Group, dict[float, dict[str, object]]] = {}
+    for row in rows:
+        key = tuning_key(row)
+        by_group.setdefault(key[:4], {}).setdefault(key[4], row)
+    runs = []
+    for cell in groups:
+        group: Group = (cell.partition, cell.mechanism, cell.epsilon, cell.optimizer)
+        grid = grids[cell.optimizer][cell.mechanism]
+        runs += [TuningRun(*group[:3], rate, cell.optimizer) for rate in grid]
+        runs += [TuningRun(*group[:3], rate, cell.optimizer, step) for step, rate in
+                 extended_rates(grid, by_group.get(group, {}), study.rate_extension_steps)]
+    return runs
+
+
+def next_step(rate: float, ratio: float) -> float:
+    """`rate` times `ratio`, to two significant digits (a rate one geometric step of the grid beyond `rate`)."""
+    return float(f"{rate * ratio:.2g}")
+
+
+def extended_rates(
+    grid: tuple[float, ...], done: dict[float, dict[str, object]], steps: int
+) -> list[tuple[int, float]]:
+    """The rates beyond `grid` the tuner tries, as (step, rate), step -k / +k the k-th below / above, given the
+    group's finished rows by rate (`done`): while every rate tried so far has finished and the only good one
+    (good_rates) is the lowest or the highest, one more step that way, a geometric step of the grid's own end
+    (0.02/0.05/0.1: x 1/2.5 below, x 2 above), at most `steps` each way. A grid of one rate is not extended."""
+    if len(grid) < 2 or steps < 1:
+        return []
+    tried, extra, below, above = list(grid), [], 0, 0
+    while all(rate in done for rate in tried):
+        try:
+            good = good_rates([done[rate] for rate in tried])
+        except ValueError:  # nothing finished: no rate to extend from
+            break
+        if len(good) != 1:
+            break
+        if good[0] == tried[0] and below < steps:
+            below += 1
+            tried.insert(0, next_step(tried[0], grid[0] / grid[1]))
+            extra.append((-below, tried[0]))
+        elif good[0] == tried[-1] and above < steps:
+            above += 1
+            tried.append(next_step(tried[-1], grid[-1] / grid[-2]))
+            extra.append((above, tried[-1]))
+        else:
+            break
+    return extra
 
 
 def run_tuning(study: Study, run: TuningRun) -> dict[str, object]:
     """Train seed 0 of the run's cell at its rate; evaluate on the validation split; its tuning.csv row."""
     start, cpu_start = time.perf_counter(), time.process_time()
-    cell = Cell(run.partition, run.mechanism, run.epsilon, TUNING_SEED)
+    cell = Cell(run.partition, run.mechanism, run.epsilon, TUNING_SEED, run.optimizer)
     config = run_config(study, cell, run.rate, validation=True)
     result = run_fedavg(config, clients_of(study, run.partition))
     row: dict[str, object] = {"beta": run.partition, "mechanism": run.mechanism, "epsilon": run.epsilon,
-                              "seed": TUNING_SEED, "learning_rate": run.rate, "evaluated_on": "validation"}
+                              "seed": TUNING_SEED, "learning_rate": run.rate, "evaluated_on": "validation",
+                              "optimizer": run.optimizer, "extension": run.extension}
     metrics = final_metrics(result.rounds[-1]) if result.rounds else {}
     return {**row, "status": "ok" if metrics else "no-rounds", **metrics,
             "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
 
 
-def tuning_key(row: dict[str, object]) -> tuple[str, str, float, float]:
-    return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), float(str(row["learning_rate"])))
+def optimizer_of(row: dict[str, object]) -> str:
+    """A tuning.csv or table.csv row's optimizer: rows from before the column ran SGD."""
+    return str(row.get("optimizer") or "sgd")
+
+
+def tuning_key(row: dict[str, object]) -> tuple[str, str, float, str, float]:
+    return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), optimizer_of(row),
+            float(str(row["learning_rate"])))
 
 
 def good_rates(rows: list[dict[str, object]]) -> list[float]:
@@ -110,47 +189,65 @@ def choose_rate(rows: list[dict[str, object]]) -> float:
     return good_rates(rows)[0]
 
 
-def tuning_groups(study: Study, rows: list[dict[str, object]]) -> dict[tuple[str, str, float], list[dict[str, object]]]:
-    """The study's tuning rows by (partition, mechanism, eps), rows of other studies left out."""
-    wanted = {run.key for run in tuning_runs(study)}
-    groups: dict[tuple[str, str, float], list[dict[str, object]]] = {}
+def tuning_groups(study: Study, rows: list[dict[str, object]]) -> dict[Group, list[dict[str, object]]]:
+    """The study's tuning rows by (partition, mechanism, eps, optimizer), rows of other studies left out."""
+    wanted = {run.key for run in tuning_runs(study, rows)}
+    groups: dict[Group, list[dict[str, object]]] = {}
     for row in rows:
         key = tuning_key(row)
         if key in wanted:
-            groups.setdefault(key[:3], []).append(row)
+            groups.setdefault(key[:4], []).append(row)
     return groups
 
 
-def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[tuple[str, str, float], float]:
-    """The rate chosen for every tuned (partition, mechanism, eps) of the study, from its tuning rows."""
+def describe_group(group: Group) -> str:
+    """'beta=0.3 dirichlet eps=1 adam': a tuned group in a line (the optimizer named when it is not SGD)."""
+    partition, mechanism, epsilon, optimizer = group
+    return f"beta={partition} {mechanism} eps={epsilon:g}" + ("" if optimizer == "sgd" else f" {optimizer}")
+
+
+def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[Group, float]:
+    """The rate chosen for every tuned (partition, mechanism, eps, optimizer) of the study, from its tuning rows."""
     chosen = {}
-    for (partition, mechanism, epsilon), members in tuning_groups(study, rows).items():
+    for group, members in tuning_groups(study, rows).items():
         try:
-            chosen[(partition, mechanism, epsilon)] = choose_rate(members)
+            chosen[group] = choose_rate(members)
         except ValueError as error:
-            raise ValueError(f"tuning beta={partition} {mechanism} eps={epsilon:g}: {error}") from None
+            raise ValueError(f"tuning {describe_group(group)}: {error}") from None
     return chosen
 
 
 def edge_warnings(study: Study, rows: list[dict[str, object]]) -> list[str]:
-    """One line per tuned group whose only good rate (good_rates) is the lowest or the highest of its grid
-    of two or more rates: the best rate may lie outside the grid, so the cells may run at a worse one (the
-    robustness grid of BENCHMARKS.md section 11.2 found GroupNorm networks tuned to the grid's lowest rate,
-    and collapsing). A tie with an inner rate is no warning: the best lies inside."""
-    grid = parse_rate_grid(study.rate_grid)
+    """One line per tuned group whose only good rate (good_rates) is still the lowest or the highest of the
+    two or more rates tried once the grid has been extended as far as --rate-extension-steps allows: the best
+    rate may lie beyond, so the cells may run at a worse one (the robustness grid of BENCHMARKS.md section
+    11.2 found GroupNorm networks tuned to the grid's lowest rate, and collapsing). A tie with an inner rate is
+    no warning: the best lies inside."""
+    grids = study_grids(study)
     lines = []
-    for (partition, mechanism, epsilon), members in tuning_groups(study, rows).items():
-        rates, good = grid[mechanism], good_rates(members)
-        if len(rates) < 2 or len(good) != 1 or good[0] not in (rates[0], rates[-1]):
+    for group, members in tuning_groups(study, rows).items():
+        mechanism, optimizer = group[1], group[3]
+        grid, good, flag = grids[optimizer][mechanism], good_rates(members), GRID_FLAGS[optimizer]
+        tried = sorted({float(str(r["learning_rate"])) for r in members})
+        if len(grid) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
             continue
-        edge, side = ("lowest", "below") if good[0] == rates[0] else ("highest", "above")
-        lines.append(f"tuning beta={partition} {mechanism} eps={epsilon:g}: the rate chosen, {good[0]:g}, is the "
-                     f"{edge} of --rate-grid {mechanism}={'/'.join(f'{r:g}' for r in rates)} and the only one within "
-                     f"a point of the best; a better one may lie {side} it: widen --rate-grid")
+        edge, side = ("lowest", "below") if good[0] == tried[0] else ("highest", "above")
+        beyond = [r for r in tried if (r < grid[0] if side == "below" else r > grid[-1])]
+        grid_text_ = f"{flag} {mechanism}={'/'.join(f'{r:g}' for r in grid)}"
+        where = (f"the {edge} of {grid_text_}" if not beyond else
+                 f"the {edge} of the rates tried ({grid_text_} and {len(beyond)} step{'s' * (len(beyond) > 1)} "
+                 f"{side} it, {'/'.join(f'{r:g}' for r in beyond)}: the most --rate-extension-steps="
+                 f"{study.rate_extension_steps} allows)")
+        lines.append(f"tuning {describe_group(group)}: the rate chosen, {good[0]:g}, is {where} and the only one "
+                     f"within a point of the best; a better one may lie {side} it: widen {flag}")
     return lines
 
 
-def describe_choice(choices: dict[tuple[str, str, float], float]) -> list[dict[str, object]]:
-    """The choices as rows (for the summary and strict JSON: eps infinity as 'inf')."""
+def describe_choice(study: Study, rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each tuned group's choice and every rate it tried, grid and extensions (for the summary and strict
+    JSON: eps infinity as 'inf')."""
+    tried = {group: sorted({float(str(r["learning_rate"])) for r in members})
+             for group, members in tuning_groups(study, rows).items()}
     return [{"beta": p, "mechanism": m, "epsilon": e if math.isfinite(e) else "inf", "delta": PAPER_DELTA,
-             "learning_rate": rate} for (p, m, e), rate in choices.items()]
+             "optimizer": o, "learning_rate": rate, "tried": tried[(p, m, e, o)]}
+            for (p, m, e, o), rate in chosen_rates(study, rows).items()]

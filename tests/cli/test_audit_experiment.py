@@ -236,3 +236,17 @@ def test_bad_input_is_one_line_and_exit_code_two(tmp_path, capsys, flag, value, 
     error = capsys.readouterr().err
     assert code == 2 and error.count("\n") == 1 and message in error
     assert not (tmp_path / "x").exists()
+
+
+def test_the_optimizer_not_given_is_the_networks_own_with_its_own_rate_grid() -> None:
+    """audit-experiment without --optimizer trains each network as its Recipe says: lenet with SGD over the
+    effective-rate grids, lenet with GroupNorm with Adam over Adam's grid (its own units); a flag wins."""
+    from sims.audit_config import ADAM_RATE_GRIDS, DEFAULT_RATE_GRIDS
+
+    plain = audit_experiment.config_from_args(parse(["--model", "lenet"]))
+    assert (plain.optimizer, plain.rate_grids) == ("sgd", DEFAULT_RATE_GRIDS)
+    normed = audit_experiment.config_from_args(parse(["--model", "lenet", "--norm", "group"]))
+    assert (normed.optimizer, normed.rate_grids) == ("adam", ADAM_RATE_GRIDS)
+    given = audit_experiment.config_from_args(parse(["--norm", "group", "--optimizer", "sgd", "--rate-grid",
+                                                     "none=0.01"]))
+    assert given.optimizer == "sgd" and dict(given.rate_grids)["none"] == (0.01,)

@@ -12,6 +12,7 @@ import torch
 from client.round import Client, train_round
 from client.setup import client_learning_rate
 from dirichlet_fl.config import LearningRateConfig, RunConfig
+from dirichlet_fl.recipes import DEFAULT_WARMUP_ROUNDS
 from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.split import ClientShard
 from privacy.dirichlet import dirichlet_nll_loss
@@ -19,7 +20,7 @@ from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, MechanismSpec, NoPrivacy
 
 ROWS = 50_000
-AFTER_WARMUP = LearningRateConfig().warmup_rounds + 1
+AFTER_WARMUP = DEFAULT_WARMUP_ROUNDS + 1
 """A round past the default warm-up, where the rate is the mode's own."""
 
 
@@ -94,7 +95,7 @@ def test_the_reply_carries_each_clients_own_rate() -> None:
         outcome = train_round(config, Client(partition, 4, 1.0), None, weights, 1)
         assert outcome.error_code is None and outcome.mechanism is not None
         rates[partition] = outcome.metrics["learning-rate"]
-        warmup = config.lr.warmup_factor(1)  # round 1 of the default warm-up
+        warmup = config.training.warmup_factor(1)  # round 1 of the default warm-up
         assert rates[partition] == pytest.approx(outcome.mechanism.step_rate(0.05, 0.9) * warmup)
     assert rates[0] != rates[1]  # different shard sizes, different r*, different rates
 
@@ -115,6 +116,48 @@ def test_the_warmup_scales_every_mechanisms_rate_linearly_over_its_rounds(mechan
     assert rates == pytest.approx([full / 4, full / 2, 3 * full / 4, full, full, full])
 
 
-def test_a_negative_warmup_is_refused_by_its_key() -> None:
+def test_a_warmup_below_minus_one_is_refused_by_its_key() -> None:
+    LearningRateConfig(warmup_rounds=-1).validate()  # -1: the network's own
     with pytest.raises(ValueError, match="learning-rate-warmup-rounds"):
-        LearningRateConfig(warmup_rounds=-1).validate()
+        LearningRateConfig(warmup_rounds=-2).validate()
+
+
+def test_each_key_left_at_its_default_takes_the_networks_recipe_and_a_given_key_wins() -> None:
+    """optimizer "default", learning-rate 0 and warm-up -1 resolve to the network's Recipe (dirichlet_fl.models):
+    the default job's cnn keeps SGD at the effective rate 0.05 and 3 warm-up rounds, bit for bit as before;
+    resnet9 and lenet with GroupNorm train with Adam at 1e-3; an explicit optimizer gets the network's rate for
+    it, and every key given wins."""
+    from dirichlet_fl.config import Training
+
+    assert RunConfig().training == Training("sgd", 0.05, 3)
+    assert RunConfig(model="lenet").training == Training("sgd", 0.05, 3)
+    assert RunConfig(model="lenet", norm="group").training == Training("adam", 0.001, 3)
+    assert RunConfig(model="resnet9").training == Training("adam", 0.001, 3)
+    assert RunConfig(model="resnet9", norm="none").training == Training("adam", 0.001, 3)
+    assert RunConfig(model="cnn", lr=LearningRateConfig(optimizer="adam")).training == Training("adam", 0.001, 3)
+    given = LearningRateConfig(optimizer="sgd", rate=0.02, warmup_rounds=0)
+    assert RunConfig(model="resnet9", lr=given).training == Training("sgd", 0.02, 0)
+    app = RunConfig.from_run_config({"model": "resnet9"})
+    assert (app.lr.optimizer, app.lr.rate, app.training.optimizer) == ("default", 0.0, "adam")
+
+
+@pytest.mark.parametrize("mechanism", ["none", "dirichlet", "dpsgd"])
+def test_adam_trains_a_round_under_every_mechanism_with_fresh_state_each_round(mechanism: str) -> None:
+    """optimizer = "adam" under every mechanism (DP-SGD: Opacus's optimizer wrapping an Adam), and its moments
+    start fresh each round: round 2 from the same global weights and the same ledger gives the same update
+    whatever round 1 trained on, so no state about another round's samples outlives the weights."""
+    config = RunConfig(local_steps=3, num_server_rounds=2, mechanism=mechanism,
+                       lr=LearningRateConfig(optimizer="adam", rate=0.001, warmup_rounds=0))
+    start = initial_model(config, _digits()).state_dict()
+    other = {name: tensor + 0.01 for name, tensor in start.items()}
+    client = Client(0, 4, 1.0)
+    after: list[dict[str, torch.Tensor]] = []
+    for first in (start, other):
+        one = train_round(config, client, None, first, 1)
+        assert one.error_code is None and one.weights is not None and one.mechanism is not None
+        assert one.metrics["learning-rate"] == 0.001  # Adam's own units: no 1/kappa
+        assert any(not torch.equal(one.weights[k], first[k]) for k in first)
+        two = train_round(config, client, one.mechanism.state_dict(), start, 2)
+        assert two.error_code is None and two.weights is not None
+        after.append(two.weights)
+    assert all(torch.equal(after[0][k], after[1][k]) for k in after[0])

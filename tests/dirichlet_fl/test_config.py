@@ -46,7 +46,9 @@ def test_string_overrides_are_coerced() -> None:
         ("delta", 0.5, r"delta=0.5 is out of range: it must lie in \(0, 0.1\)"),
         ("local-steps", 10**7, "local-steps=10000000 is out of range: at most 1,000,000"),
         ("model", "nope", "model='nope' is invalid"),
-        ("learning-rate", 0, "learning-rate=0.0 is out of range"),
+        ("learning-rate", -0.1, "learning-rate=-0.1 is out of range"),
+        ("optimizer", "lbfgs", "optimizer"),
+        ("learning-rate-warmup-rounds", -2, "learning-rate-warmup-rounds"),
         ("dead-class-rounds", 0, "dead-class-rounds=0 is out of range: it must be an integer >= 1"),
         ("strategy", "fedsgd", "strategy='fedsgd' is invalid: choose one of fedavg, fedavgm, fedprox, fedadam, "
                                "fedyogi, fedadagrad"),
@@ -134,3 +136,19 @@ def test_only_fedprox_puts_the_proximal_term_on_the_clients() -> None:
     assert RunConfig().strategy.client_proximal_mu == 0.0  # proximal-mu's default is fedprox's alone
     assert RunConfig.from_run_config({"strategy": "fedprox"}).strategy.client_proximal_mu == 0.01
     assert RunConfig.from_run_config({"strategy": "fedprox", "proximal-mu": 0}).strategy.client_proximal_mu == 0.0
+
+
+def test_a_run_stores_the_optimizer_rate_and_warmup_it_trains_with_and_an_older_folder_resumes() -> None:
+    """config.json holds the resolved optimizer, rate and warm-up (never 'default'); a folder written before the
+    network recipes (explicit sgd, 0.05, 3) resumes under today's defaults, which resolve to the same for cnn;
+    a resumed run that would train otherwise is refused by the key."""
+    from dirichlet_fl.run_reader import check_resumable
+
+    today = RunConfig.from_run_config({})
+    stored = today.resolved_run_config()
+    assert (stored["optimizer"], stored["learning-rate"], stored["learning-rate-warmup-rounds"]) == ("sgd", 0.05, 3)
+    older = RunConfig.from_run_config({**today.to_run_config(), "optimizer": "sgd", "learning-rate": 0.05,
+                                       "learning-rate-warmup-rounds": 3})
+    check_resumable(older, today)
+    with pytest.raises(ValueError, match="optimizer='adam' differs"):
+        check_resumable(older, RunConfig.from_run_config({"optimizer": "adam"}))

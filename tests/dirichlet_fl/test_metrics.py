@@ -111,3 +111,20 @@ def test_count_metrics_are_flat_and_per_class() -> None:
 def test_a_model_on_no_examples_gives_all_zero_counts_of_every_class() -> None:
     result = evaluate_model(torch.nn.Linear(4, 6), torch.zeros(0, 4), torch.zeros(0, dtype=torch.long))
     assert result.counts == ClassCounts((0,) * 6, (0,) * 6) and math.isnan(result.loss)
+
+
+def test_a_constant_predictor_is_collapsed_and_its_other_classes_dead() -> None:
+    from dirichlet_fl.metrics import collapse_note
+
+    labels = torch.tensor([0, 0, 0, 1, 2, 2])
+    constant = torch.tensor([[5.0, 0.0, 0.0]]).repeat(6, 1)
+    evaluation = evaluation_of(constant, labels)
+    assert evaluation.predicted_classes == 1 and evaluation.collapsed
+    assert evaluation.counts.dead_classes == (1, 2) and evaluation.accuracy == 0.5
+    assert evaluation.metrics()["predicted_classes"] == 1
+    assert collapse_note(1, evaluation.per_class_recall) == "COLLAPSED: predicts class 0 only"
+    mixed = evaluation_of(torch.eye(3)[torch.tensor([0, 0, 1, 1, 0, 0])] * 5, labels)
+    assert mixed.predicted_classes == 2 and not mixed.collapsed and mixed.counts.dead_classes == (2,)
+    assert collapse_note(2, mixed.per_class_recall) == ""
+    one_class_set = evaluation_of(constant[:3], labels[:3])  # a set of one class: nothing to collapse from
+    assert one_class_set.predicted_classes == 1 and not one_class_set.collapsed

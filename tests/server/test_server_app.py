@@ -37,10 +37,12 @@ def test_the_central_evaluator_returns_balanced_accuracy_macro_auc_and_every_rec
     assert metrics["accuracy"] == pytest.approx(float(np.mean(predictions == labels)), abs=1e-12)
 
 
-def _finished(tmp_path: Path, mechanism: str, hits: tuple[int, ...]) -> tuple[RunConfig, dict, dict, RunWriter]:
+def _finished(tmp_path: Path, mechanism: str, hits: tuple[int, ...],
+              predicted: int = 3) -> tuple[RunConfig, dict, dict, RunWriter]:
     config = RunConfig(results_dir=str(tmp_path), run_name=mechanism, mechanism=mechanism, dead_class_rounds=1)
     writer = RunWriter.create(config, 1, MECHANISMS[mechanism].covers, num_classes=len(hits))
-    metrics = {"accuracy": 0.7, "loss": 0.9, "macro_auc": 0.8, **ClassCounts(hits, (10,) * len(hits)).metrics()}
+    metrics = {"accuracy": 0.7, "loss": 0.9, "macro_auc": 0.8, "predicted_classes": predicted,
+               **ClassCounts(hits, (10,) * len(hits)).metrics()}
     trained = {0: {"epsilon": 0.5, "target-epsilon": 1.0, "delta": 1e-5, "steps": 4, "sample-rate": 0.1}}
     row = writer.record_round(RoundRecord(1, trained=trained, central=metrics), ArrayRecord({"w": torch.zeros(1)}), {})
     return config, row, writer.finish(metrics, assumptions_hold=True), writer
@@ -68,3 +70,19 @@ def test_the_end_of_run_lines_say_what_each_eps_does_not_cover(tmp_path: Path, m
         assert not_covered == [f"each eps does NOT cover {summary['epsilon_does_not_cover']}; audit this run: "
                                "`dirichlet-fl audit <run folder>`"]
         assert "trained weights" in not_covered[0] and "docs/audit.md" in not_covered[0]
+
+
+def test_a_collapsed_model_is_reported_as_collapsed_never_as_a_plain_accuracy(tmp_path: Path) -> None:
+    """A model that predicts one class: the round line and the final line say so before any accuracy, and
+    summary.json holds the two distinct facts, collapsed and the count of dead classes (recall 0)."""
+    config, row, summary, writer = _finished(tmp_path, "dirichlet", (10, 0, 0, 0), predicted=1)
+    assert row["central_predicted_classes"] == 1
+    line = _round_line(config, row, writer.dead_classes())
+    assert line.startswith("round 1/5  COLLAPSED: predicts class 0 only: accuracy 0.7000")
+    assert _summary_lines(config, summary, writer.directory)[0].startswith(
+        "final COLLAPSED: predicts class 0 only: accuracy 0.7000")
+    assert (summary["collapsed"], summary["final_dead_classes"], summary["predicted_classes"]) == (True, 3, 1)
+
+    config, row, summary, writer = _finished(tmp_path / "alive", "dirichlet", (10, 0, 7, 0), predicted=3)
+    assert "COLLAPSED" not in _round_line(config, row, {})
+    assert (summary["collapsed"], summary["final_dead_classes"], summary["predicted_classes"]) == (False, 2, 3)

@@ -105,7 +105,8 @@ ACCURACY = ["accuracy", "--dataset", "digits", "--data-root", "", "--num-clients
 def test_accuracy_is_a_study_preset_writing_the_studys_outputs(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     argv = [*ACCURACY, "--epsilons", "4", "--splits", "iid,noniid,central", "--mechanisms", "none,dirichlet",
-            "--learning-rate", "0.05", "--rate-grid", "dirichlet=0.05/0.1", "--out", str(tmp_path)]
+            "--learning-rate", "0.05", "--rate-grid", "dirichlet=0.05/0.1", "--rate-extension-steps", "0",
+            "--out", str(tmp_path)]
     report = run_bench(argv, capsys)
 
     assert (report["cells"], report["rows"], report["tuning_runs"]) == (6, 6, 6)  # 3 splits x (none, eps 4)
@@ -156,7 +157,7 @@ def test_accuracy_resumes_without_rerunning_finished_cells(tmp_path: Path, capsy
     assert (tmp_path / "table.csv").read_text() == table and again["table"] == first["table"]
     (tmp_path / "table.csv").write_text("".join(table.splitlines(keepends=True)[:-1]))  # as if stopped after 1 cell
     partial = run_bench([*argv, "--table-only"], capsys)
-    assert partial["rows"] == 1 and "| iid | none | inf | 1 |" in (tmp_path / "table.md").read_text()
+    assert partial["rows"] == 1 and "| iid | none | sgd | inf | 1 |" in (tmp_path / "table.md").read_text()
 
     parser = OneLineErrorParser(prog="dirichlet-fl")
     bench.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
@@ -184,7 +185,7 @@ def test_accuracy_presets_map_onto_the_study() -> None:
     assert (quick.dataset, quick.model, quick.rounds, quick.batch_size) == (
         app.data.dataset, app.model, app.num_server_rounds, app.batch_size)
     assert (quick.seeds, quick.epsilons, quick.learning_rate, quick.dirichlet_weighting) == (
-        2, "1,4", app.lr.rate, app.dirichlet_weighting)
+        2, "1,4", app.training.rate, app.dirichlet_weighting)
 
     from sims.study.plan import Study
 

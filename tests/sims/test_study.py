@@ -67,11 +67,12 @@ def test_a_tiny_study_writes_the_table_and_pictures_and_resume_adds_no_row(tmp_p
         assert (row["rate_source"], row["learning_rate"]) == ("flag", "0.05")
         assert float(row["worst_client_accuracy"]) <= float(row["median_client_accuracy"])
         assert len(row["client_accuracies"].split(";")) == 2
+        assert row["collapsed"] == str(int(row["predicted_classes"] == "1")) and int(row["predicted_classes"]) >= 1
     private = [r for r in rows if r["mechanism"] == "dirichlet"]
     assert all(0 < float(r["max_client_epsilon"]) <= 8 for r in private)
     for picture in ("accuracy_vs_epsilon.png", "client_spread.png", "partition-0.3.png", "partition-iid.png"):
         assert (out / picture).stat().st_size > 1000
-    assert "| 0.3 | dirichlet | 8 | 1 |" in (out / "table.md").read_text()
+    assert "| 0.3 | dirichlet | sgd | 8 | 1 |" in (out / "table.md").read_text()
     recorded = json.loads((out / "study.json").read_text())
     assert recorded["data_root"] == "" and recorded["data_path"] == str(data.resolve())  # what the user gave
     assert (recorded["dirichlet_weighting"], recorded["dirichlet_weight_cap"]) == ("normalized", 20.0)
@@ -171,9 +172,40 @@ def test_the_dermamnist_paper_preset_is_the_papers_setting_and_flags_override_it
     assert (study.dataset, study.model, study.batch_size, study.rounds) == ("dermamnist", "resnet9", 70, 60)
     assert study.epsilons == (1.0, 2.0, 4.0, 8.0) and study.partitions == ("central", "iid", "0.3")
     assert (study.device, study.seeds) == ("cpu", (0,))
-    assert (study.dirichlet_weighting, study.warmup_rounds) == ("paper", 0)  # the paper's Algorithm 1, as published
-    assert study.learning_rate is study.dirichlet_learning_rate is study.dpsgd_learning_rate is None  # all tuned
-    assert study.rate_grid == "none=0.02/0.05/0.1,dirichlet=0.02/0.05/0.1,dpsgd=0.05/0.1/0.2"
+    # where the paper's setting returned a constant predictor on the stand-in: Adam at 1e-3, the normalised loss
+    # and a warm-up (the preset prints each departure and why)
+    assert (study.optimizers, study.dirichlet_weighting, study.warmup_rounds) == (("adam",), "normalized", 3)
+    assert (study.learning_rate, study.dirichlet_learning_rate, study.dpsgd_learning_rate) == (1e-3, 1e-3, None)
+    assert (study.rate_grid, study.adam_rate_grid) == ("", "dpsgd=0.0003/0.001/0.003")  # DP-SGD's tuned
+
+
+def test_the_dermamnist_paper_preset_prints_where_it_departs_from_the_paper_and_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_training: None) -> None:
+    from cli.study import DEPARTURES
+
+    assert main(["study", "--preset", "dermamnist-paper", "--data-root", str(tmp_path / "absent"),
+                 "--out", str(tmp_path / "o")]) == 2  # no data: refused before any training, after the lines
+    lines = capsys.readouterr().err.splitlines()
+    departures = [line for line in lines if "departs from the paper" in line]
+    assert len(departures) == len(DEPARTURES["dermamnist-paper"]) == 4
+    assert "Adam at 1e-3" in departures[0] and "14.3 %" in departures[0] and "normalised" in departures[1]
+
+
+def test_the_optimizer_and_warmup_not_given_are_the_networks_own() -> None:
+    from cli.main import build_parser
+    from cli.study import apply_preset
+    from sims.study.options import study_of
+
+    def study(*flags: str) -> Study:
+        args = build_parser().parse_args(["study", "--data-path", "", "--dataset", "dermamnist", *flags])
+        apply_preset(args)
+        return study_of(args)
+
+    assert (study("--model", "lenet").optimizers, study("--model", "lenet").warmup_rounds) == (("sgd",), 3)
+    assert study("--model", "lenet", "--norm", "group").optimizers == ("adam",)
+    assert study("--model", "resnet9").optimizers == ("adam",)
+    given = study("--model", "resnet9", "--optimizers", "sgd,adam", "--warmup-rounds", "0")
+    assert (given.optimizers, given.warmup_rounds) == (("sgd", "adam"), 0)
 
 
 def test_a_study_json_from_before_the_warmup_resumes_as_no_warmup(tmp_path: Path) -> None:
@@ -181,11 +213,35 @@ def test_a_study_json_from_before_the_warmup_resumes_as_no_warmup(tmp_path: Path
     takes it, any other warm-up is refused as a changed setting."""
     from sims.study.runner import STUDY_FILE, describe, load_study, resumable
 
-    study = Study(warmup_rounds=0)
+    study = Study(warmup_rounds=0, rate_extension_steps=0)
     legacy = json.loads(describe(study))
-    del legacy["warmup_rounds"]
+    del legacy["warmup_rounds"], legacy["rate_extension_steps"]
     (tmp_path / STUDY_FILE).write_text(json.dumps(legacy))
     assert load_study(tmp_path / STUDY_FILE).warmup_rounds == 0
     assert resumable(tmp_path, study) == ([], [])
     with pytest.raises(ValueError, match="--warmup-rounds differ"):
-        resumable(tmp_path, Study(warmup_rounds=3))
+        resumable(tmp_path, Study(warmup_rounds=3, rate_extension_steps=0))
+
+
+def test_a_collapsed_cell_is_flagged_in_its_row_and_counted_in_the_table() -> None:
+    """A cell whose model predicts one class: `collapsed` 1 beside its `dead_classes` count in table.csv, and
+    table.md counts its collapsed seeds; rows from before the column show '-' (not recorded), never 0."""
+    from sims.fedavg_loop import LoopRound
+    from sims.study.cell import final_metrics
+    from sims.study.report import markdown_table
+
+    def final(recalls: tuple[float, ...], predicted: int) -> LoopRound:
+        return LoopRound(20, 0.67, 1.0, 0.5, math.nan, sum(recalls) / len(recalls), 0.8, recalls, predicted,
+                         1, 0, 0, 1.0, 1.0)
+
+    constant = final_metrics(final((1.0, 0.0, 0.0, math.nan), 1))
+    assert (constant["collapsed"], constant["dead_classes"], constant["predicted_classes"]) == (1, 2, 1)
+    alive = final_metrics(final((1.0, 0.5, 0.0, math.nan), 2))
+    assert (alive["collapsed"], alive["dead_classes"]) == (0, 1)
+    base = {"beta": "central", "mechanism": "dirichlet", "epsilon": 1.0, "status": "ok", "max_client_epsilon": 1.0,
+            "worst_client_accuracy": 0.5, "median_client_accuracy": 0.5}
+    rows = [{**base, "seed": s, **metrics} for s, metrics in enumerate((constant, alive, alive))]
+    study = Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",))
+    assert markdown_table(rows, study).splitlines()[-1].endswith("| 1 of 3 |")
+    legacy = [{k: v for k, v in row.items() if k != "collapsed"} for row in rows]
+    assert markdown_table(legacy, study).splitlines()[-1].endswith("| - |")

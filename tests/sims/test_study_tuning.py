@@ -4,6 +4,7 @@ without reruns or duplicate rows, and a given rate flag skipping tuning for its 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,9 @@ from sims.study.runner import TUNING_FILE
 from sims.study.tuning import choose_rate
 from tests.sims.test_study import write_dermamnist
 
-TINY = ["--num-clients", "2", "--epsilons", "8", "--seeds", "2", "--rounds", "1", "--local-epochs", "0.5"]
+TINY = ["--num-clients", "2", "--epsilons", "8", "--seeds", "2", "--rounds", "1", "--local-epochs", "0.5",
+        "--rate-extension-steps", "0"]
+"""A tiny study; no grid extension unless a test asks for it (it would add runs where a grid's edge wins)."""
 
 
 def tuning_rows(out: Path) -> list[dict[str, str]]:
@@ -176,3 +179,148 @@ def test_a_rate_chosen_at_the_edge_of_its_grid_is_named_with_the_fix() -> None:
         "widen --rate-grid",
         "tuning beta=0.3 none eps=inf: the rate chosen, 0.1, is the highest of --rate-grid none=0.02/0.05/0.1 "
         "and the only one within a point of the best; a better one may lie above it: widen --rate-grid"]
+
+
+def test_each_optimizer_is_an_axis_tuned_over_its_own_grid_and_resume_refuses_another_list(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--optimizers sgd,adam: each optimizer tunes its own grid (Adam's in its own units), every table.csv and
+    tuning.csv row names its optimizer, table.md and study.json carry it, and --resume with another optimizer
+    list is refused in one line."""
+    data = write_dermamnist(tmp_path / "d.npz")
+    seen: list[tuple[str, float]] = []
+
+    def spy(config: RunConfig, clients: int) -> LoopResult:
+        seen.append((config.lr.optimizer, config.lr.rate))
+        return run_fedavg(config, clients)
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", spy)
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "central", *TINY, "--seeds", "1", "--mechanisms",
+            "dirichlet", "--optimizers", "sgd,adam", "--rate-grid", "dirichlet=0.05/0.1",
+            "--adam-rate-grid", "dirichlet=0.001/0.003", "--out", str(out)]
+    assert main(argv) == 0
+    assert sorted(seen) == [("adam", 0.001), ("adam", 0.003), ("sgd", 0.05), ("sgd", 0.1)]
+    tuning = tuning_rows(out)
+    with open(out / "table.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert {r["optimizer"] for r in tuning} == {r["optimizer"] for r in table} == {"sgd", "adam"}
+    for row in table:
+        mine = [x for x in tuning if x["optimizer"] == row["optimizer"]]
+        assert float(row["learning_rate"]) == choose_rate(mine)  # each optimizer chose from its own runs
+    recorded = json.loads((out / "study.json").read_text())
+    assert recorded["optimizers"] == ["sgd", "adam"]
+    assert (recorded["rate_grid"], recorded["adam_rate_grid"]) == ("dirichlet=0.05/0.1", "dirichlet=0.001/0.003")
+    markdown = (out / "table.md").read_text()
+    assert "| central | dirichlet | sgd | 8 | 1 |" in markdown and "| central | dirichlet | adam | 8 | 1 |" in markdown
+
+    capsys.readouterr()
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    changed = [*argv, "--resume"]
+    changed[changed.index("sgd,adam")] = "adam"
+    assert main(changed) == 2
+    error = capsys.readouterr().err
+    assert "was made with other settings (--optimizers, --rate-grid differ)" in error and error.count("\n") == 1
+
+
+def test_a_rate_flag_beside_two_optimizers_is_refused_before_training(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_dermamnist(tmp_path / "d.npz")
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    for extra, message in ((["--optimizers", "sgd,adam", "--dirichlet-learning-rate", "0.05"],
+                            "--dirichlet-learning-rate with --optimizers=sgd,adam"),
+                           (["--optimizers", "sgd,lbfgs"], "--optimizers='sgd,lbfgs' is invalid"),
+                           (["--adam-rate-grid", "dirichlet=-1"], "--adam-rate-grid dirichlet=-1 is out of range")):
+        argv = ["study", "--data-path", str(data), "--betas", "central", *TINY, *extra, "--out", str(tmp_path / "x")]
+        assert main(argv) == 2
+        error = capsys.readouterr().err
+        assert message in error and error.count("\n") == 1
+
+
+def test_a_study_folder_from_before_the_optimizer_axis_resumes_and_renders_as_sgd(tmp_path: Path) -> None:
+    """A study.json without `optimizers` ran SGD: it resumes as an SGD-only study (no cell reruns: its rows,
+    which have no optimizer column, are SGD's) and its table renders with sgd; any other list is refused."""
+    from sims.study.cell import COLUMNS
+    from sims.study.plan import Study, cells
+    from sims.study.report import markdown_table
+    from sims.study.runner import STUDY_FILE, csv_text, describe, load_study, resumable, row_key
+
+    study = Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,), warmup_rounds=0,
+                  rate_extension_steps=0)
+    legacy = json.loads(describe(study))
+    for key in ("optimizers", "adam_rate_grid", "rate_extension_steps"):
+        del legacy[key]
+    (tmp_path / STUDY_FILE).write_text(json.dumps(legacy))
+    old_columns = [c for c in COLUMNS if c not in ("optimizer", "collapsed", "predicted_classes")]
+    row = {"beta": "central", "epsilon": 1.0, "mechanism": "dirichlet", "seed": 0, "status": "ok", "accuracy": 0.9,
+           "balanced_accuracy": 0.8, "macro_auc": 0.9, "worst_client_accuracy": 0.9, "median_client_accuracy": 0.9,
+           "max_client_epsilon": 1.0, "learning_rate": 0.05, "client_accuracies": "0.9"}
+    (tmp_path / "table.csv").write_text(csv_text([row], old_columns))
+    assert load_study(tmp_path / STUDY_FILE).optimizers == ("sgd",)
+    done, _ = resumable(tmp_path, study)
+    assert [row_key(r) for r in done] == [cell.key for cell in cells(study)]  # nothing left to run
+    assert "| central | dirichlet | sgd | 1 | 1 |" in markdown_table(done, study)
+    with pytest.raises(ValueError, match="--optimizers differ"):
+        resumable(tmp_path, Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,),
+                                  warmup_rounds=0, rate_extension_steps=0, optimizers=("sgd", "adam")))
+
+
+def test_the_grid_is_extended_geometrically_beyond_an_edge_rate_a_bounded_number_of_steps() -> None:
+    from sims.study.tuning import extended_rates
+
+    def done(scores: dict[float, float]) -> dict[float, dict[str, object]]:
+        return {rate: {"learning_rate": rate, "balanced_accuracy": score, "status": "ok"}
+                for rate, score in scores.items()}
+
+    grid = (0.02, 0.05, 0.1)
+    assert extended_rates(grid, done({0.02: 0.9, 0.05: 0.5}), 2) == []  # the grid has not finished
+    assert extended_rates(grid, done({0.02: 0.9, 0.05: 0.5, 0.1: 0.4}), 2) == [(-1, 0.008)]  # x 1/2.5: pending
+    lowest = done({0.0032: 0.95, 0.008: 0.92, 0.02: 0.9, 0.05: 0.5, 0.1: 0.4})
+    assert extended_rates(grid, lowest, 2) == [(-1, 0.008), (-2, 0.0032)]  # the bound: no third step
+    assert extended_rates(grid, lowest, 0) == []
+    inside = done({0.008: 0.85, 0.02: 0.9, 0.05: 0.5, 0.1: 0.4})
+    assert extended_rates(grid, inside, 2) == [(-1, 0.008)]  # 0.02 is inside now: stop
+    highest = done({0.02: 0.5, 0.05: 0.6, 0.1: 0.9, 0.2: 0.95})
+    assert extended_rates(grid, highest, 2) == [(1, 0.2), (2, 0.4)]  # x 2 above
+    assert extended_rates(grid, done({0.02: 0.9, 0.05: 0.895, 0.1: 0.4}), 2) == []  # a tie inside: no extension
+    assert extended_rates((0.05,), done({0.05: 0.9}), 2) == []  # one rate: nothing to extend from
+
+
+def test_the_tuner_extends_an_edge_choice_records_what_it_tried_and_warns_only_at_the_bound(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation balanced accuracy falling with the rate: the tuner tries 2 steps below the grid, records
+    them in tuning.csv (`extension` -1, -2) and the summary's `tried`, runs the cells at the lowest, and warns
+    because the bound was hit."""
+    data = write_dermamnist(tmp_path / "d.npz")
+    real = study_tuning.run_fedavg
+
+    def falling(config: RunConfig, clients: int) -> LoopResult:
+        result = real(config, clients)
+        last = result.rounds[-1]
+        score = 1.0 - config.lr.rate  # the smaller the rate, the better
+        result.rounds[-1] = type(last)(**{**last.__dict__, "central_balanced_accuracy": score})
+        return result
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", falling)
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "central", *TINY, "--seeds", "1", "--mechanisms", "none",
+            "--rate-grid", "none=0.1/0.3", "--rate-extension-steps", "2", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    rows = tuning_rows(out)
+    assert [(float(r["learning_rate"]), int(r["extension"])) for r in rows] == [
+        (0.1, 0), (0.3, 0), (0.033, -1), (0.011, -2)]
+    report = json.loads(captured.out)
+    assert [(r["learning_rate"], r["tried"]) for r in report["rates"]] == [(0.011, [0.011, 0.033, 0.1, 0.3])]
+    with open(out / "table.csv", newline="") as handle:
+        assert {r["learning_rate"] for r in csv.DictReader(handle)} == {"0.011"}
+    assert report["rate_warnings"] == [
+        "tuning beta=central none eps=inf: the rate chosen, 0.011, is the lowest of the rates tried (--rate-grid "
+        "none=0.1/0.3 and 2 steps below it, 0.011/0.033: the most --rate-extension-steps=2 allows) and the only "
+        "one within a point of the best; a better one may lie below it: widen --rate-grid"]
+    assert "warning: tuning beta=central none eps=inf" in captured.err
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)  # --resume: every extension run is done
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    assert main([*argv, "--resume"]) == 0
