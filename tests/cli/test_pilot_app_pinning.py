@@ -141,7 +141,7 @@ def test_a_pin_that_trusts_no_key_refuses_every_app_loudly(
     with pytest.raises(DeploymentError, match=f"--trusted-entities {pin} (trusts no key|is unreadable)"):
         check_trusted_entities(pin)
     with pytest.raises(DeploymentError, match="trusts no key|is unreadable"):
-        Federation(tmp_path / "fed", []).supernode_argv(None, pin, pin, 1, "", pin)  # type: ignore[arg-type]
+        Federation(tmp_path / "fed", []).supernode_argv(None, pin, 1, "", pin)  # type: ignore[arg-type]
     if content != "{}\n":
         return
     code = main(["pilot", "--sites", "1", "--rounds", "1", "--workdir", str(tmp_path / "w")])
