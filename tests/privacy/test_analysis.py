@@ -12,6 +12,7 @@ import pytest
 from privacy.analysis import (
     PrivacyCurve,
     UnreachableEpsilonError,
+    binomial_tail_above_two,
     calibrate_r,
     epsilon,
     epsilon_floor,
@@ -95,6 +96,14 @@ def test_admissible_orders_are_strict() -> None:
     """alpha/r = 3 exactly: order 4 = 1 + alpha/r is not admissible, order 3 is."""
     assert subsampled_rdp(1.0, 3.0, 0.01).orders.tolist() == [2, 3]
     assert subsampled_rdp(1.0 - 1e-12, 3.0, 0.01).orders.tolist() == [2, 3, 4]
+
+
+def test_the_floors_binomial_tail_is_scipys_survival_function_bit_for_bit() -> None:
+    from scipy.stats import binom
+
+    orders = np.arange(2, 8193)
+    for q in (1e-9, 1e-5, 1e-3, 0.005, 0.01, 0.05, 0.1, 0.5, 0.999):
+        assert np.array_equal(binomial_tail_above_two(orders, q), binom.sf(2, orders, q)), q
 
 
 def test_floor_values_from_notes() -> None:
