@@ -205,7 +205,9 @@ def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
     at_max = a == a_max
     count = at_max.sum(axis=1, keepdims=True, dtype=np.float64)
     total = np.exp(np.where(at_max, -np.inf, a) - a_max).sum(axis=1, keepdims=True)
-    total = np.where(total == 0, total, total / count)
+    if count.max() == 1.0:  # one maximum per row, as almost always: scipy's total / 1 and + log(1) change no bit
+        return (np.log1p(total) + a_max)[:, 0]
+    total = total / count  # scipy keeps a total of 0 as it is: 0 / count is that same +0.0
     return (np.log1p(total) + np.log(count) + a_max)[:, 0]
 
 
@@ -367,7 +369,8 @@ class _Evaluator:
         """Unclipped eps of T steps at each of `orders`, exactly as over the whole curve (_epsilons)."""
         rdp = _per_step_rdp(self._log_pmf(orders, log_weights.size), orders, log_weights)
         log_lam_minus_one, shift = _conversion_table(self.delta, _table_size(self.max_order))
-        eps = self.steps * rdp + log_lam_minus_one[orders - 2] - shift[orders - 2]
+        at = slice(0, orders.size) if orders[0] == 2 and orders[-1] == orders.size + 1 else orders - 2
+        eps = self.steps * rdp + log_lam_minus_one[at] - shift[at]
         return np.where(np.isnan(eps), np.inf, eps)
 
     def _lower_bounds(self, r: float, top: int, x: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
