@@ -205,7 +205,9 @@ def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
     at_max = a == a_max
     count = at_max.sum(axis=1, keepdims=True, dtype=np.float64)
     total = np.exp(np.where(at_max, -np.inf, a) - a_max).sum(axis=1, keepdims=True)
-    total = np.where(total == 0, total, total / count)
+    if count.max() == 1.0:  # one maximum per row, as almost always: scipy's total / 1 and + log(1) change no bit
+        return (np.log1p(total) + a_max)[:, 0]
+    total = total / count  # scipy keeps a total of 0 as it is: 0 / count is that same +0.0
     return (np.log1p(total) + np.log(count) + a_max)[:, 0]
 
 
@@ -279,9 +281,19 @@ def rdp_to_epsilon(curve: PrivacyCurve, delta: float) -> Epsilon:
     return Epsilon(float(max(eps[best], 0.0)), delta, int(curve.orders[best]))
 
 
+def binomial_tail_above_two(orders: np.ndarray, sample_rate: float) -> np.ndarray:
+    """P(J >= 3) for J ~ Binomial(order, q) at each order: the regularised incomplete beta I_q(3, order - 2), 0 at
+    order 2. Bit for bit scipy.stats.binom.sf(2, order, q) (a test holds it) without importing scipy.stats, which
+    took half of `dirichlet-fl calibrate`'s time."""
+    tail = np.zeros(np.shape(orders))
+    above = orders > 2
+    tail[above] = betainc(3.0, orders[above] - 2.0, sample_rate)
+    return tail
+
+
 @functools.lru_cache(maxsize=32)
 def _three_or_more(sample_rate: float, max_order: int) -> np.ndarray:
-    """P(J >= 3) for J ~ Binomial(lam, q), lam = 2..max_order (the Binomial survival function)."""
+    """binomial_tail_above_two at lam = 2..max_order, memoised per sample rate (every solve needs the floor)."""
     tail = binomial_tail_above_two(np.arange(2, max_order + 1), sample_rate)
     tail.setflags(write=False)
     return tail
@@ -357,7 +369,8 @@ class _Evaluator:
         """Unclipped eps of T steps at each of `orders`, exactly as over the whole curve (_epsilons)."""
         rdp = _per_step_rdp(self._log_pmf(orders, log_weights.size), orders, log_weights)
         log_lam_minus_one, shift = _conversion_table(self.delta, _table_size(self.max_order))
-        eps = self.steps * rdp + log_lam_minus_one[orders - 2] - shift[orders - 2]
+        at = slice(0, orders.size) if orders[0] == 2 and orders[-1] == orders.size + 1 else orders - 2
+        eps = self.steps * rdp + log_lam_minus_one[at] - shift[at]
         return np.where(np.isnan(eps), np.inf, eps)
 
     def _lower_bounds(self, r: float, top: int, x: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
@@ -443,16 +456,6 @@ def epsilon(
     """eps of T steps of Algorithm 1 with mechanism parameters (r, alpha): h(r) of Section 3.4."""
     check_in_open_interval("r", r, 0.0, alpha)
     return _Evaluator(alpha, sample_rate, steps, delta, max_order)(r)
-
-
-def binomial_tail_above_two(orders: np.ndarray, sample_rate: float) -> np.ndarray:
-    """P(J >= 3) for J ~ Binomial(order, q) at each order: the regularised incomplete beta I_q(3, order - 2), 0 at
-    order 2. Bit for bit scipy.stats.binom.sf(2, order, q) (a test holds it) without importing scipy.stats, which
-    took half of `dirichlet-fl calibrate`'s time."""
-    tail = np.zeros(np.shape(orders))
-    above = orders > 2
-    tail[above] = betainc(3.0, orders[above] - 2.0, sample_rate)
-    return tail
 
 
 def epsilon_floor(sample_rate: float, steps: int, delta: float, max_order: int = DEFAULT_MAX_ORDER) -> Epsilon:
