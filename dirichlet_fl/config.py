@@ -175,6 +175,11 @@ class Training:
         return min(1.0, server_round / self.warmup_rounds) if self.warmup_rounds else 1.0
 
 
+def default_model(dataset: str) -> str:
+    """model = "default": softmax regression for dataset = "synthetic" (60 features, no image), else `cnn`."""
+    return "logreg" if dataset == SYNTHETIC else "cnn"
+
+
 def resolve_training(lr: LearningRateConfig, model: str, norm: str) -> Training:
     """`lr` with every key left at its default (optimizer "default", learning-rate 0, warm-up -1) replaced by
     the network's Recipe (dirichlet_fl.models.recipe); an explicit optimizer gets the network's rate for it."""
@@ -330,7 +335,8 @@ class RunConfig:
     fraction_evaluate: float = setting("fraction-evaluate", 1.0)
     seed: int = setting("seed", 0)
     num_clients: int = setting("num-clients", 0)
-    model: str = setting("model", "cnn")
+    model: str = setting("model", DEFAULT)
+    """'default': the data set's own network (default_model), resolved when the config is built."""
     norm: str = setting("norm", "default")
     allow_batch_norm: bool = setting("allow-batch-norm", False)
     augment: str = setting("augment", "auto")
@@ -362,6 +368,10 @@ class RunConfig:
     secagg: SecAggConfig = field(default_factory=SecAggConfig)
     client_level: ClientDpConfig = field(default_factory=ClientDpConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
+
+    def __post_init__(self) -> None:
+        if self.model == DEFAULT:  # frozen: resolved once, so every reader and config.json see the network's name
+            object.__setattr__(self, "model", default_model(self.data.dataset))
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:

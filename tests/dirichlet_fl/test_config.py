@@ -152,3 +152,12 @@ def test_a_run_stores_the_optimizer_rate_and_warmup_it_trains_with_and_an_older_
     check_resumable(older, today)
     with pytest.raises(ValueError, match="optimizer='adam' differs"):
         check_resumable(older, RunConfig.from_run_config({"optimizer": "adam"}))
+
+
+def test_the_default_model_is_the_data_sets_own_and_config_json_names_it() -> None:
+    """Issue 29 item 7: dataset='synthetic' alone chooses softmax regression; a named image model is still refused."""
+    assert RunConfig.from_run_config({"dataset": "synthetic"}).model == "logreg"
+    assert RunConfig.from_run_config({"dataset": "synthetic"}).resolved_run_config()["model"] == "logreg"
+    assert RunConfig.from_run_config({}).resolved_run_config()["model"] == "cnn"  # the default job, as before
+    with pytest.raises(ValueError, match="model='cnn' with dataset='synthetic'"):
+        RunConfig.from_run_config({"dataset": "synthetic", "model": "cnn"})
