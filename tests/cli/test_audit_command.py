@@ -44,10 +44,12 @@ def write_run(
     final_accuracy: float = 0.1,
     keep_updates: bool = False,
     rounds: int = 5,
+    local_steps: int = 0,
 ) -> Path:
     """A finished-run folder as the server writes it; an untrained model (it never saw any example)
-    unless `state` plants other weights."""
-    config = RunConfig(mechanism=mechanism, keep_updates=keep_updates, data=IID_DIGITS, num_server_rounds=rounds)
+    unless `state` plants other weights. `local_steps` (0: the job's epochs) is what reference runs train."""
+    config = RunConfig(mechanism=mechanism, keep_updates=keep_updates, data=IID_DIGITS, num_server_rounds=rounds,
+                       local_steps=local_steps)
     folder.mkdir()
     saved = {"run_config": config.to_run_config(), "num_clients": len(epsilons)}
     (folder / "config.json").write_text(json.dumps(saved))
@@ -277,8 +279,8 @@ def test_a_reference_run_keeps_its_half_of_the_candidates_and_every_other_exampl
 
 @pytest.mark.usefixtures("single_torch_thread")
 def test_references_add_lira_and_rmia_with_finite_bounds_and_verdicts(tmp_path, capsys):
-    """The digits job's 10 clients, cut to 2 rounds; two reference runs in the plain loop (seconds)."""
-    run_dir = write_run(tmp_path / "run", "dirichlet", [1.0] * 10, rounds=2)
+    """The digits job's 10 clients, cut to 2 rounds of 6 steps; two reference runs in the plain loop (seconds)."""
+    run_dir = write_run(tmp_path / "run", "dirichlet", [1.0] * 10, rounds=2, local_steps=6)
     assert run_command([str(run_dir), "--json", "--references", "2", "--max-candidates", "400"]) == 0
     captured = capsys.readouterr()
     report = json.loads(captured.out)

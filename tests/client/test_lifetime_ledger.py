@@ -24,45 +24,21 @@ from client.secret_store import LifetimeLedgerIndex, lifetime_ledger_key, stored
 from dirichlet_fl.protocol import SETUP_FAILED
 from privacy.mechanisms import MechanismSpec
 from privacy.registry import build_mechanism, restore_mechanism
+from tests.client.ledger_rounds import FINGERPRINT, STEPS, after, one_round, writer
 from tests.helpers import client_context, train_message
-
-FINGERPRINT = "ab" * 32
-STEPS = 3
 
 
 def base_state() -> dict[str, Any]:
     return build_mechanism(MechanismSpec("dirichlet", 1.0, 1e-5, 0.05, 200)).state_dict()
 
 
-def after(state: dict[str, Any], steps: int) -> dict[str, Any]:
-    return restore_mechanism(state).after(steps).state_dict()
-
-
 def steps_of(state: dict[str, Any] | None) -> int:
     return 0 if state is None else restore_mechanism(state).steps
 
 
-def one_round(folder: Path, run_key: str, base: dict[str, Any], server_round: int, witness: Path | None = None) -> None:
-    """What a ClientApp process does with the ledger in one round: open, write ahead, train, commit."""
-    ledger = LifetimeLedger(folder, FINGERPRINT, 1e-5, None, folder, witness)
-    done = ledger.current(run_key) or base
-    planned = after(done, STEPS)
-    progress = ledger.reserve(run_key, done, planned, server_round, "00" * 16)
-    for step in range(STEPS):
-        progress(step + 1)
-    ledger.commit(run_key, planned)
-    progress.finish()
-
-
-def writer(folder: str, run_key: str, base: dict[str, Any], rounds: int, barrier: Any) -> None:
-    barrier.wait()
-    for server_round in range(1, rounds + 1):
-        one_round(Path(folder), run_key, base, server_round)
-
-
 def test_two_writers_at_once_lose_no_step(tmp_path: Path) -> None:
     """Two runs at one site (two processes) each compose 25 rounds on the same ledger at the same time."""
-    spawn = multiprocessing.get_context("spawn")
+    spawn = multiprocessing.get_context("spawn")  # writer: tests/client/ledger_rounds.py, no torch to import
     barrier, base, rounds = spawn.Barrier(2), base_state(), 25
     processes = [spawn.Process(target=writer, args=(str(tmp_path), key, base, rounds, barrier)) for key in "AB"]
     for process in processes:
@@ -234,6 +210,15 @@ def arrays(context: Any) -> Any:
 KILL_OVERRIDES = {"local-steps": 4, "partitioner": "iid", "num-server-rounds": 3}
 
 
+@pytest.fixture(scope="module")
+def clientapp_processes() -> Any:
+    """New processes in which nothing has run yet, as Flower starts one per message, forked from one server
+    process that imported the ClientApp (and torch's optimizer machinery) once for every test here."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, "torch._dynamo"])
+    return context
+
+
 def train_and_die(node_config: dict[str, Any], run_dir: str, die_at: int) -> None:
     """A ClientApp process SIGKILLed during step `die_at` of round 1 (spawn target)."""
     import client.training
@@ -274,11 +259,13 @@ def ledger_entry(folder: Path, simulated: bool) -> tuple[dict[str, Any], dict[st
 
 
 @pytest.mark.parametrize("where", ["site-ledger", "run-ledger"])
-def test_a_round_killed_mid_way_is_composed_once_with_the_steps_it_ran(tmp_path: Path, where: str) -> None:
+def test_a_round_killed_mid_way_is_composed_once_with_the_steps_it_ran(
+    tmp_path: Path, where: str, clientapp_processes: Any
+) -> None:
     """Killed during step 3 of 4, then resumed: 3 + 4 steps, not the interrupted plan plus the rerun (8)."""
     node_config = {"ledger-dir": str(tmp_path / "site")} if where == "site-ledger" else {}
     run_dir = "" if where == "site-ledger" else str(tmp_path / "run")
-    process = multiprocessing.get_context("spawn").Process(target=train_and_die, args=(node_config, run_dir, 3))
+    process = clientapp_processes.Process(target=train_and_die, args=(node_config, run_dir, 3))
     process.start()
     process.join(timeout=240)
     assert process.exitcode == -signal.SIGKILL
