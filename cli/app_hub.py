@@ -52,7 +52,7 @@ class AppHub(HttpService):
     @property
     def url(self) -> str:
         """The hub's base URL (``http://127.0.0.1:<port>``)."""
-        return f"http://{LOOPBACK}:{self._server.server_address[1]}"
+        return f"http://{LOOPBACK}:{self.port}"
 
     def publish(self, app: PublishedApp) -> str:
         """Serve ``app`` (replacing an earlier FAB of the same id and version); return its ``flwr run`` spec."""

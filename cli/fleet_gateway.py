@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import re
 import ssl
-from http.server import ThreadingHTTPServer
 
 import httpx
 
 from cli.certificates import CertPaths
-from cli.http_service import HttpService, QuietHandler
+from cli.http_service import HttpService, QuietHandler, https_server
 from cli.processes import LOOPBACK
 
 FLEET_CALLS = frozenset({
@@ -49,16 +48,8 @@ class FleetGateway(HttpService):
         self.upstream = f"https://{LOOPBACK}:{upstream_port}"
         self.refused: list[str] = []
         self._client = httpx.Client(verify=ssl.create_default_context(cafile=str(certs.ca_cert)), timeout=120.0)
-        server = ThreadingHTTPServer((host, port), _handler_for(self))
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(certs.server_cert, certs.server_key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server = https_server((host, port), _handler_for(self), certs.server_cert, certs.server_key)
         super().__init__(server, "fleet-gateway")
-
-    @property
-    def port(self) -> int:
-        """The port the sites dial."""
-        return int(self._server.server_address[1])
 
     def close(self) -> None:
         self._client.close()

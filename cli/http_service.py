@@ -6,10 +6,23 @@ gateway (cli/fleet_gateway.py).
 
 from __future__ import annotations
 
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+
+def https_server(
+    address: tuple[str, int], handler: type[BaseHTTPRequestHandler], cert: Path, key: Path
+) -> ThreadingHTTPServer:
+    """A threaded HTTP server on `address` that speaks TLS with the certificate `cert` and its key `key`."""
+    server = ThreadingHTTPServer(address, handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return server
 
 
 class HttpService:
@@ -18,6 +31,11 @@ class HttpService:
     def __init__(self, server: ThreadingHTTPServer, name: str) -> None:
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The port it serves on."""
+        return int(self._server.server_address[1])
 
     def __enter__(self) -> Self:
         self._thread.start()

@@ -10,14 +10,13 @@ from __future__ import annotations
 import http.client
 import re
 import ssl
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from cli.certificates import CertPaths, make_certificates
 from cli.fleet_gateway import FLEET_CALLS, FleetGateway, fleet_call
-from cli.http_service import HttpService, QuietHandler
+from cli.http_service import HttpService, QuietHandler, https_server
 from cli.processes import LOOPBACK
 
 BYPASSES = [
@@ -82,15 +81,7 @@ class _Recorder(HttpService):
 
             do_GET = do_POST  # noqa: N815
 
-        server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(certs.server_cert, certs.server_key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        super().__init__(server, "recorder")
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
+        super().__init__(https_server((LOOPBACK, 0), Handler, certs.server_cert, certs.server_key), "recorder")
 
 
 def post_as_is(port: int, ca_cert: Path, target: str) -> int:
