@@ -490,7 +490,7 @@ def calibrate_r(
     h is continuous and strictly increasing on (0, alpha) with h -> inf at alpha. The returned r
     always satisfies h(r) <= target (the root is stepped down if Brent lands a hair above it).
     The bracket (halving from alpha/2) and Brent's iterates are those of evaluating every order; each
-    evaluation skips the orders whose floor rules them out (_Evaluator), and a test that only asks
+    evaluation skips the orders that a lower bound rules out (_Evaluator), and a test that only asks
     whether h(r) <= target stops at the first order that shows it. Raises UnreachableEpsilonError
     when target <= the floor.
     """
