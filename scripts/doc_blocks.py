@@ -81,6 +81,7 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("BENCHMARKS.md", "round-breakdown", "scripts.round_breakdown:rendered"),
     Renderer("BENCHMARKS.md", "robustness-acceptance", "scripts.render_robustness:rendered_acceptance"),
     Renderer("BENCHMARKS.md", "robustness-grid-verdict", "scripts.render_grid:rendered_verdict"),
+    Renderer("BENCHMARKS.md", "accountant-solve", "scripts.render_accountant:rendered"),
     Renderer("BENCHMARKS.md", "robustness-grid", "scripts.render_grid:rendered"),
     Renderer("BENCHMARKS.md", "robustness-optimizers", "scripts.render_grid:rendered_optimizers"),
     Renderer("BENCHMARKS.md", "robustness-table", "scripts.render_robustness:rendered"),

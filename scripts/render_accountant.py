@@ -13,7 +13,6 @@ with the renderer "scripts.render_accountant:rendered").
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -87,14 +86,3 @@ def _reference(report: dict[str, Any]) -> list[str]:
             f"paper's configurations, {report['speedup_over_reference']:.0f}x slower than calibrate_r, largest r* "
             f"difference {report['reference_max_abs_r_difference']:.1e}."]
 
-
-def main() -> None:
-    """Write the block into BENCHMARKS.md (from any working directory)."""
-    sys.path.insert(0, str(ROOT))
-    from scripts.doc_blocks import replace_block
-
-    replace_block(DOCUMENT, BLOCK, rendered())
-
-
-if __name__ == "__main__":
-    main()
