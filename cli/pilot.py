@@ -274,6 +274,27 @@ def _check_lifetime_ledgers(sites: list[Site], config: RunConfig) -> str | None:
     return None
 
 
+def _check_site_data(sites: list[Site], config: RunConfig) -> str | None:
+    """A partition site splits the run's data set from its own data root: a set no site can load offline is
+    an input error, found before anything starts (the ledger no longer reads it: its pool is fixed)."""
+    from client.site import SitePolicy
+    from dirichlet_fl.preflight import split_of
+    from dirichlet_fl.config import SYNTHETIC
+
+    checked: set[str] = set()
+    for site in sites:
+        policy = SitePolicy.from_node_config(site.node_config)
+        site_config = policy.site_config(config)
+        if policy.data_file or config.data.dataset == SYNTHETIC or site_config.data.root in checked:
+            continue
+        checked.add(site_config.data.root)
+        try:
+            split_of(site_config, len(sites))
+        except (ValueError, OSError) as error:
+            return f"site {site.site_id}: dataset={config.data.dataset!r}: {' '.join(str(error).split())}"
+    return None
+
+
 def run_config_of(args: argparse.Namespace, run_name: str, app_dir: Path) -> dict[str, Any]:
     """The run's overrides: rounds, the results folder under --workdir, no client-side evaluation (the
     server evaluates centrally; each evaluation would start one more process per site and round), then
@@ -436,7 +457,7 @@ def _run_locked(args: argparse.Namespace, app_dir: Path) -> int:
     run_name = _next_run_name(args.workdir.resolve())
     overrides = run_config_of(args, run_name, app_dir)  # checked before the lock: cannot fail here
     config = RunConfig.from_run_config(get_fused_config_from_dir(app_dir, overrides))
-    problem = _check_lifetime_ledgers(sites, config)
+    problem = _check_site_data(sites, config) or _check_lifetime_ledgers(sites, config)
     if problem is not None:
         return _fail(problem)
     # One thread per process, as Ray gives a simulated client with num-cpus=1: torch's default (every

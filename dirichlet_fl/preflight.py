@@ -148,11 +148,11 @@ def _shards(config: RunConfig, num_clients: int) -> tuple[dict[int, int], list[i
         worst = min(range(num_clients), key=lambda client: config.target_epsilon_for(client, num_clients)) \
             if config.client_epsilons.strip() else 0
         return {worst: config.data.synthetic_examples}, [worst]
-    split = _split(config, num_clients)
+    split = split_of(config, num_clients)
     return dict(enumerate(len(part) for part in split.train_parts)), _trainers(config, split)
 
 
-def _split(config: RunConfig, num_clients: int) -> FederatedSplit:
+def split_of(config: RunConfig, num_clients: int) -> FederatedSplit:
     """The run's split; a missing file is blamed on the key that names it (site-file or data-root)."""
     from dirichlet_fl.split import federated_split
 
