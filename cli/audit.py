@@ -1,5 +1,5 @@
 """`dirichlet-fl audit RUN_DIR`: a membership-inference audit of a finished run per attack and view
-(dirichlet_fl.run_audit), with a verdict at matched utility, printed for a person or as one JSON object."""
+(dirichlet_fl.runs.audit), with a verdict at matched utility, printed for a person or as one JSON object."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the audit's modules (torch, matplotlib) are imported when the command runs
-    from dirichlet_fl.run_audit import AttackResult, AuditOptions, RunAudit
+    from dirichlet_fl.runs.audit import AttackResult, AuditOptions, RunAudit
 
 PROG = "dirichlet-fl audit"
 VIEW_CHOICES = ("final-model", "updates", "all")
@@ -75,7 +75,7 @@ def describe(attack: AttackResult) -> str:
 def human_report(run_dir: Path, result: RunAudit) -> str:
     """The printed report: method, coverage, caveats, one line per attack, view and scope, the utility
     match against the control, and the verdict."""
-    from dirichlet_fl.run_audit import AUDIT_JSON, AUDIT_PNG, SPLIT_CAVEAT
+    from dirichlet_fl.runs.audit import AUDIT_JSON, AUDIT_PNG, SPLIT_CAVEAT
 
     utility = result.utility
     control = (f"control ({utility.control}) accuracy {utility.control_accuracy:.4f}, margin {utility.margin:g}: "
@@ -102,7 +102,7 @@ def human_report(run_dir: Path, result: RunAudit) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dirichlet_fl.run_audit import DEFAULT_MARGIN, DEFAULT_MAX_CANDIDATES, VIEWS, AuditOptions, save_audit
+    from dirichlet_fl.runs.audit import DEFAULT_MARGIN, DEFAULT_MAX_CANDIDATES, VIEWS, AuditOptions, save_audit
 
     run_dir = Path(args.run_dir)
     views = VIEWS if args.view == "all" else (args.view,)
@@ -129,13 +129,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _audit(run_dir: Path, options: AuditOptions, references: int) -> RunAudit:
     """Load the run, train its reference runs when asked (progress on stderr), and audit it."""
-    from dirichlet_fl.run_audit import audit_finished_run, pooled_candidates
-    from dirichlet_fl.run_reader import load_run
+    from dirichlet_fl.runs.audit import audit_finished_run, pooled_candidates
+    from dirichlet_fl.runs.reader import load_run
 
     run = load_run(run_dir)
     if not references:
         return audit_finished_run(run, options)
-    from sims.reference_runs import train_reference_models
+    from sims.audit.reference_runs import train_reference_models
 
     candidates = pooled_candidates(run, options.max_candidates, options.seed)
     models = train_reference_models(run, candidates, references, options.seed,

@@ -1,4 +1,4 @@
-"""`dirichlet-fl audit-experiment`: the command line of sims/audit_experiment.py."""
+"""`dirichlet-fl audit-experiment`: the command line of sims/audit/experiment.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from sims.audit_config import (
+from sims.audit.config import (
     DEFAULT_CLIP_GRID,
     ExperimentConfig,
     parse_named_values,
@@ -63,7 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="effective rates an arm tries, per mechanism, e.g. dirichlet=0.05/0.1 (Dirichlet "
                         f"divides each by kappa(0.9)); default {grids}")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
-                        help="default: the network's own (dirichlet_fl.models' Recipe: sgd for lenet, adam for lenet "
+                        help="default: the network's own (dirichlet_fl.models.recipes: sgd for lenet, adam for lenet "
                         "with GroupNorm and resnet9); with adam the default --rate-grid is Adam's 0.0003/0.001/0.003")
     parser.add_argument("--max-grad-norm", type=float, default=None,
                         help="DP-SGD clip norm C (default: chosen from --clip-grid with the rate; 1 with --rate)")
@@ -123,7 +123,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
 
 def network_optimizer(model: str, norm: str) -> str:
     """The optimizer `model` with `norm` trains with unless told otherwise (its Recipe)."""
-    from dirichlet_fl.recipes import recipe
+    from dirichlet_fl.models.recipes import recipe
 
     return recipe(model, norm).optimizer
 
@@ -137,10 +137,10 @@ def parse_epsilons(flag: str, text: str) -> tuple[float, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dirichlet_fl.norms import MODELS
-    from sims.audit_experiment import RESULTS_JSON, run_experiment, write_outputs
-    from sims.audit_tables import results_markdown
-    from sims.audit_training import load_experiment_data
+    from dirichlet_fl.models.norms import MODELS
+    from sims.audit.experiment import RESULTS_JSON, run_experiment, write_outputs
+    from sims.audit.tables import results_markdown
+    from sims.audit.training import load_experiment_data
 
     out = Path(args.out or f"results/audit-experiment-{time.strftime('%Y%m%d-%H%M%S')}")
     try:

@@ -35,7 +35,7 @@ PROG = "dirichlet-fl bench"
 
 def _steps_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench steps`."""
-    from dirichlet_fl.norms import MODELS
+    from dirichlet_fl.models.norms import MODELS
     parser.add_argument("--model", choices=MODELS, default="cnn", help="network (default cnn)")
     parser.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
     parser.add_argument("--image-size", type=int, default=28, help="square input side (default 28, MNIST)")
@@ -99,7 +99,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench accuracy`, a preset of `dirichlet-fl study` (defaults: the full sweep; an option
     not given is None here and filled by sims.study.bench_preset: from --quick, else the bench's default)."""
     from cli.study import rate_flags
-    from dirichlet_fl.norms import MODELS
+    from dirichlet_fl.models.norms import MODELS
     from privacy.registry import BASELINE_FIRST
     from sims.study.bench_preset import DEFAULTS, SPLITS
     from sims.study.tuning import ADAM_GRID, DEFAULT_GRID, grid_text
@@ -147,7 +147,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
 
 def _gpu_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench gpu` (defaults: the paper's setting)."""
-    from dirichlet_fl.norms import MODELS
+    from dirichlet_fl.models.norms import MODELS
     parser.add_argument("--data-root", default=None, help="folder holding cifar-10-batches-py/")
     parser.add_argument("--synthetic", action="store_true", help="random CIFAR-shaped data instead of CIFAR10")
     parser.add_argument("--synthetic-size", type=int, default=50_000, help="examples of synthetic data")
@@ -225,17 +225,17 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
 def _module(name: str) -> ModuleType:
     """The sims module of a benchmark, imported on use (each pulls in torch, Flower or Opacus)."""
     if name == "steps":
-        from sims import bench_steps as module
+        from sims.bench import steps as module
     elif name == "accountant":
-        from sims import bench_accountant as module
+        from sims.bench import accountant as module
     elif name == "simulation":
-        from sims import bench_simulation as module
+        from sims.bench import simulation as module
     elif name == "scale":
-        from sims import bench_scale as module
+        from sims.bench import scale as module
     elif name == "accuracy":
         from sims.study import bench_preset as module
     elif name == "secagg":
-        from sims import bench_secagg as module
+        from sims.bench import secagg as module
     elif name == "client-dp":
         from sims import client_dp_sweep as module
     else:

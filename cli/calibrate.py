@@ -11,7 +11,7 @@ import json
 import math
 import sys
 
-from privacy.analysis import DEFAULT_MAX_ORDER, S_Y_FOR_LEARNING_RATE, attenuation, calibrate_r
+from privacy.accounting.analysis import DEFAULT_MAX_ORDER, S_Y_FOR_LEARNING_RATE, attenuation, calibrate_r
 from privacy.registry import covers
 
 PROG = "dirichlet-fl calibrate"

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from dirichlet_fl.partition import PARTITIONERS, label_counts, partition_indices, plot_label_counts
+from dirichlet_fl.data.partition import PARTITIONERS, label_counts, partition_indices, plot_label_counts
 
 PROG = "dirichlet-fl partition"
 
@@ -45,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; 0 on success, 2 with one error line on stderr for invalid input."""
-    from dirichlet_fl.data import load_dataset
+    from dirichlet_fl.data.loaders import load_dataset
 
     try:
         data = load_dataset(args.dataset, args.data_root, download=args.download, size=args.size)

@@ -1,13 +1,12 @@
 """`dirichlet-fl pilot`: a consortium rehearsal on Flower's Deployment Engine, on loopback, in one command.
 
-It starts a `flower-superlink` (TLS, SuperNode authentication, reached by the sites only through a
-Fleet-only gateway, cli/fleet_gateway.py) and one `flower-supernode` per site (cli/federation.py), each
-pinned to the app's signing key (cli/app_signing.py) and with its own data, target and lifetime eps,
-ledger folder and noise secret; it signs this app, serves it from a loopback Hub stand-in
-(cli/app_hub.py), submits it, reports what each site did (cli/pilot_report.py) and stops every process
-it started, by PID. A second call on the same --workdir (locked by pilot.lock) reuses the sites, so
-their lifetime spending continues. The workdir's layout: docs/consortium.md; what this protects against
-whom: docs/pilot-security.md.
+It starts a `flower-superlink` (TLS, SuperNode authentication, reached by the sites only through a Fleet-only gateway,
+cli/deployment/fleet_gateway.py) and one `flower-supernode` per site (cli/deployment/federation.py), each pinned to
+the app's signing key (cli/deployment/app_signing.py) and with its own data, target and lifetime eps, ledger folder
+and noise secret; it signs this app, serves it from a loopback Hub stand-in (cli/deployment/app_hub.py), submits it,
+reports what each site did (cli/deployment/pilot_report.py) and stops every process it started, by PID. A second call
+on the same --workdir (locked by pilot.lock) reuses the sites, so their lifetime spending continues. The workdir's
+layout: docs/consortium.md; what this protects against whom: docs/pilot-security.md.
 """
 
 from __future__ import annotations
@@ -25,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # Flower, torch and the app are imported when the command runs, not when it registers
-    from cli.app_signing import ReviewerKey
-    from cli.federation import RunOutcome
-    from cli.pilot_report import SiteOutcome
+    from cli.deployment.app_signing import ReviewerKey
+    from cli.deployment.federation import RunOutcome
+    from cli.deployment.pilot_report import SiteOutcome
     from client.site import LifetimeLedger
     from dirichlet_fl.config import RunConfig
 
@@ -356,7 +355,7 @@ def report(
 ) -> dict[str, Any]:
     """The object --json prints: this call's verdict (`call`), the run folder's summary, and each site's
     status and reason in this call with its lifetime position."""
-    from cli.pilot_report import read_summary
+    from cli.deployment.pilot_report import read_summary
 
     summary = read_summary(run_dir)
     entries = [
@@ -450,7 +449,7 @@ def _run_locked(args: argparse.Namespace, app_dir: Path) -> int:
     """Check the config and every site's ledger, deploy, run, report: the call, under the workdir's lock."""
     from flwr.common.config import get_fused_config_from_dir
 
-    from cli.processes import DeploymentError
+    from cli.deployment.processes import DeploymentError
     from dirichlet_fl.config import RunConfig
 
     sites = sites_for(args)
@@ -475,10 +474,10 @@ def _deploy_and_run(
 ) -> RunOutcome:
     """Sign the staged app, pin each site to the signing key, start the federation behind a Fleet-only
     gateway (this call's logs in logs/<run name>/), submit the signed app by its Hub spec, stop everything."""
-    from cli.app_hub import AppHub, PublishedApp
-    from cli.app_signing import build_fab, fab_identity, make_reviewer_key, sign_fab
-    from cli.federation import Federation
-    from cli.processes import exit_on_sigterm
+    from cli.deployment.app_hub import AppHub, PublishedApp
+    from cli.deployment.app_signing import build_fab, fab_identity, make_reviewer_key, sign_fab
+    from cli.deployment.federation import Federation
+    from cli.deployment.processes import exit_on_sigterm
     from dirichlet_fl.paths import stage_app
 
     workdir = args.workdir.resolve()
@@ -500,7 +499,7 @@ def site_pin(workdir: Path, site_id: int, key: ReviewerKey) -> Path:
     """The site's --trusted-entities file, sites/site-<i>/trusted-entities.yaml: created with the pilot's
     reviewer key if absent, and otherwise left as the site wrote it (the site's pin wins: a key it does not
     trust makes it refuse the app; a pin that trusts no key, `{}`, is refused before anything starts)."""
-    from cli.app_signing import check_trusted_entities, write_trusted_entities
+    from cli.deployment.app_signing import check_trusted_entities, write_trusted_entities
 
     path = workdir / "sites" / f"site-{site_id}" / TRUSTED_ENTITIES
     return check_trusted_entities(path) if path.is_file() else write_trusted_entities(path, [key])
@@ -524,7 +523,7 @@ def _finish(
     run_dir: Path,
 ) -> int:
     """Judge the call from its own output and run folder, print the report, return the exit status."""
-    from cli.pilot_report import (
+    from cli.deployment.pilot_report import (
         EXIT_NO_SITE_TRAINED,
         app_refusals,
         exit_status,

@@ -2,7 +2,7 @@
 
 Central test accuracy and loss per round, and eps per round against the target with refusals
 marked: every client's with one folder, each run's largest client eps with several (for example a
-sweep over eps). The picture is dirichlet_fl.plots', the same as each run's own curves.png.
+sweep over eps). The picture is dirichlet_fl.runs.plots', the same as each run's own curves.png.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.out.endswith(".png"):
         print(f"{PROG}: error: --out={args.out!r} is invalid: give a .png file name", file=sys.stderr)
         return 2
-    from dirichlet_fl.plots import plot_runs
+    from dirichlet_fl.runs.plots import plot_runs
 
     plot_runs(args.run_dirs, args.out)
     print(f"wrote {args.out} ({len(args.run_dirs)} run(s))")

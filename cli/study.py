@@ -86,7 +86,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
     add("--model", default=d.model)
     add("--optimizers", default=None,
         help="comma-separated optimizers, each a study axis with its own rate grid: sgd, adam (default: the "
-             "network's own, dirichlet_fl.models' Recipe: sgd for lenet and cnn, adam for lenet with GroupNorm and "
+             "network's own, dirichlet_fl.models.recipes: sgd for lenet and cnn, adam for lenet with GroupNorm and "
              "resnet9)")
     rate_flags(parser, add, grid_text(DEFAULT_GRID, d.mechanisms), grid_text(ADAM_GRID, d.mechanisms))
     add("--learning-rate-mode", default=d.learning_rate_mode, choices=["effective", "adaptive"],

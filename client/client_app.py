@@ -6,8 +6,8 @@ past its target eps (an Error reply, so the round goes on without it), and compo
 runs. The round itself lives in client/round.py.
 
 The ledger lives in context.state and in a durable file: on a SuperNode whose node config sets
-`ledger-dir`, the site's lifetime ledger (client/lifetime_ledger.py), which holds every run on that
-data; in simulation `<run-dir>/ledgers/partition-<id>.json` (client/run_state_file.py) with the run folder
+`ledger-dir`, the site's lifetime ledger (client/durable/lifetime_ledger.py), which holds every run on that
+data; in simulation `<run-dir>/ledgers/partition-<id>.json` (client/durable/run_state_file.py) with the run folder
 the server sends in the train message's config. Before the round's first step the file is written
 ahead (the round's planned steps already composed, the state before the round kept beside them);
 after the round the exact ledger replaces it. A killed round leaves its plan, which the next reader
@@ -39,11 +39,11 @@ from typing import Any, cast
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from client.durable.run_state_file import RunStateFile
+from client.durable.secret_store import new_nonce, run_noise_key
 from client.progress import RoundProgress
 from client.round import NodeResources, accountant_summary, evaluate_round, train_round
-from client.run_state_file import RunStateFile
-from client.secret_store import new_nonce, run_noise_key
-from client.secure import aggregation_mod
+from client.secagg_plus import aggregation_mod
 from client.site import (
     SitePolicy,
     node_secret,
@@ -77,7 +77,7 @@ NONCE_KEY = "site-noise"
 """context.state record: the noise nonce this node drew for each run (by run id)."""
 
 app = ClientApp(mods=[aggregation_mod])
-"""aggregation_mod: SecAgg+ and client-level clipping when the run asks for them (client/secure.py)."""
+"""aggregation_mod: SecAgg+ and client-level clipping when the run asks for them (client/secagg_plus.py)."""
 
 
 def _site(context: Context, msg: Message, config: RunConfig) -> tuple[SitePolicy, bool]:
@@ -226,7 +226,7 @@ def _setup_failure(msg: Message, error: Exception, policy: SitePolicy | None, si
 
 def _shown(metrics: dict[str, Any], config: RunConfig, site: bool) -> dict[str, Any]:
     """The metrics a site sends: in adaptive learning-rate mode the rate encodes the site's un-noised
-    test confidence (client.setup.client_learning_rate), so a site does not send it."""
+    test confidence (client.rate_and_randomness.client_learning_rate), so a site does not send it."""
     if site and config.lr.mode == "adaptive":
         return {key: value for key, value in metrics.items() if key != "learning-rate"}
     return metrics

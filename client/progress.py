@@ -1,8 +1,8 @@
 """How far an in-flight round got: the steps it composed so far, in a file its process holds locked.
 
-A round's write-ahead record (client/lifetime_ledger.py, client/run_state_file.py) composes the whole round's
-planned steps before the first one runs, so that a killed process over-states its spending. To
-replace that over-statement by what actually ran, the training process holds an exclusive
+A round's write-ahead record (client/durable/lifetime_ledger.py, client/durable/run_state_file.py) composes the whole
+round's planned steps before the first one runs, so that a killed process over-states its spending. To replace that
+over-statement by what actually ran, the training process holds an exclusive
 `fcntl.flock` on a progress file for the whole round and writes the number of steps composed so far
 into it before each step (one `pwrite`, no fsync: a process kill keeps it, the kernel holds it).
 The kernel drops the lock when the process dies, however it dies; so a reader that can take the
@@ -21,7 +21,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from client.locked_json import private_folder
+from client.durable.locked_json import private_folder
 from privacy.registry import restore_mechanism
 
 WIDTH = 20

@@ -16,17 +16,26 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from client.lifetime_ledger import LifetimeLedger
+from client.durable.lifetime_ledger import LifetimeLedger
 from client.proximal import add_proximal_term
-from client.setup import client_generator, client_learning_rate
+from client.rate_and_randomness import client_generator, client_learning_rate
 from client.training import PoissonBatches, make_optimizer, train_locally
-from dirichlet_fl.augmentation import augmentation
 from dirichlet_fl.client_plan import mechanism_spec
 from dirichlet_fl.config import SYNTHETIC, RunConfig
-from dirichlet_fl.data import dataset_num_classes
+from dirichlet_fl.data.augmentation import augmentation
+from dirichlet_fl.data.image_data import ImageData
+from dirichlet_fl.data.loaders import dataset_num_classes
+from dirichlet_fl.data.split import (
+    ClientShard,
+    cached_client_shard,
+    client_shard,
+    federated_split,
+    site_shard,
+    synthetic_client,
+)
 from dirichlet_fl.device import resolve_device
-from dirichlet_fl.image_data import ImageData
 from dirichlet_fl.metrics import evaluate_model
+from dirichlet_fl.models.run_model import build_run_model
 from dirichlet_fl.protocol import (
     BUDGET_EXHAUSTED,
     CLASS_HITS,
@@ -39,17 +48,8 @@ from dirichlet_fl.protocol import (
     one_line,
     reading,
 )
-from dirichlet_fl.run_model import build_run_model
-from dirichlet_fl.split import (
-    ClientShard,
-    cached_client_shard,
-    client_shard,
-    federated_split,
-    site_shard,
-    synthetic_client,
-)
+from privacy.accounting.lifetime import LifetimeBudgetSpent, calibrate_within_lifetime
 from privacy.csprng import SecureRandom
-from privacy.lifetime import LifetimeBudgetSpent, calibrate_within_lifetime
 from privacy.mechanisms import Mechanism
 from privacy.registry import build_mechanism, restore_mechanism
 
@@ -67,7 +67,7 @@ class Client:
     target_epsilon: float
     data_file: str = ""
     cache_dir: str = ""
-    """Where the node caches its partition's shard between processes (dirichlet_fl.split.cached_client_shard)."""
+    """Where the node caches its partition's shard between processes (dirichlet_fl.data.split.cached_client_shard)."""
     shard: ClientShard | None = field(default=None, compare=False, repr=False)
     """Data handed over in memory instead of the partition's (the plain loop's reference runs of an audit)."""
 

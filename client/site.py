@@ -5,7 +5,7 @@ The coordinator writes the run config, a site its node config, and the site's wo
 `allowed-mechanisms` and whether it allows `allow-batch-norm`; a run asking for more is refused
 (POLICY_REFUSED), naming the key. On the Deployment Engine a site that sets none of them still gets safe
 defaults (and its privacy draws come from the OS's CSPRNG), and a node without `secret-dir` is refused
-unless it sets `insecure-noise=true`. `ledger-dir` holds its lifetime ledgers (client/lifetime_ledger.py),
+unless it sets `insecure-noise=true`. `ledger-dir` holds its lifetime ledgers (client/durable/lifetime_ledger.py),
 keyed by its node secret and its data pool (`data_pool`), nothing the run config sets. Every path a site
 opens is its node config's: a run config naming one (RUN_PATH_KEYS) is refused. What a site sends names
 no site path, quotes no file, and follows from its example count rounded to its `count-rounding`.
@@ -23,13 +23,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from client.lifetime_ledger import LifetimeLedger
-from client.locked_json import private_folder
+from client.durable.lifetime_ledger import LifetimeLedger
+from client.durable.locked_json import private_folder
+from client.durable.secret_store import SECRET_BYTES, stored_secret
 from client.round import WEIGHT_ROUNDING, Client
-from client.secret_store import SECRET_BYTES, stored_secret
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.data.data_file import pool_fingerprint
 from dirichlet_fl.protocol import SUMMARY_MARK, reading
-from dirichlet_fl.site_file import pool_fingerprint
 from privacy.checks import check_in_open_interval, check_integer, check_positive
 from privacy.registry import MECHANISMS, PRIVATE_MECHANISMS
 
@@ -217,7 +217,7 @@ def site_client(policy: SitePolicy, config: RunConfig) -> Client:
 def node_secret(policy: SitePolicy, config: RunConfig) -> bytes | None:
     """The key of this node's privacy randomness, or None for noise reproducible from the run's seed.
 
-    A node with `secret-dir` (or `ledger-dir`) reads its stored secret (client/secret_store.py); a
+    A node with `secret-dir` (or `ledger-dir`) reads its stored secret (client/durable/secret_store.py); a
     simulation with `secure-noise=true` draws a fresh OS-entropy key for every message (nothing stored:
     nothing to leak, nothing to reproduce)."""
     if policy.secret_dir:
@@ -248,7 +248,7 @@ whatever the run config's data set, seed, partitioner, beta or validation fracti
 
 def data_pool(policy: SitePolicy) -> str:
     """The fingerprint of the site's data pool, which keys its lifetime ledger: its data file's examples as a
-    multiset (dirichlet_fl.site_file.pool_fingerprint: their order does not count), else PARTITION_POOL.
+    multiset (dirichlet_fl.data.data_file.pool_fingerprint: their order does not count), else PARTITION_POOL.
     Nothing in it comes from the run config: the coordinator cannot open a fresh ledger."""
     if not policy.data_file:
         return PARTITION_POOL

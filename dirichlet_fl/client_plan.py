@@ -13,7 +13,7 @@ from dirichlet_fl.config import RunConfig
 from privacy.mechanisms import LossWeighting, MechanismSpec
 
 if TYPE_CHECKING:  # the split holds torch tensors; planning a client needs only its size (`check` stays torch-free)
-    from dirichlet_fl.split import FederatedSplit
+    from dirichlet_fl.data.split import FederatedSplit
 
 
 def shard_too_small(config: RunConfig, partition_id: int, num_examples: int) -> str | None:

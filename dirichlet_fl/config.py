@@ -15,12 +15,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, cast
 
-from dirichlet_fl.norms import MODELS, check_norm
-from dirichlet_fl.partition import PARTITIONERS
-from dirichlet_fl.recipes import recipe
-from privacy.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
+from dirichlet_fl.data.partition import PARTITIONERS
+from dirichlet_fl.models.norms import MODELS, check_norm
+from dirichlet_fl.models.recipes import recipe
+from privacy.accounting.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
+from privacy.accounting.client_level import AdaptiveClipping, update_noise_multiplier
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
-from privacy.client_level import AdaptiveClipping, update_noise_multiplier
 from privacy.mechanisms import LOSS_WEIGHTINGS
 from privacy.registry import MECHANISMS, mechanism_class
 
@@ -56,7 +56,7 @@ SEED_LIMIT = 2**32
 MAX_CLIENTS = 10_000_000
 """num-clients must be at most this: a hundred times the largest population measured (BENCHMARKS.md)."""
 SYNTHETIC = "synthetic"
-"""dataset = "synthetic": every client's examples generated from (seed, client id) (dirichlet_fl.synthetic)."""
+"""dataset = "synthetic": every client's examples generated from (seed, client id) (dirichlet_fl.data.synthetic)."""
 
 
 def setting(key: str, default: Any) -> Any:
@@ -140,7 +140,7 @@ class DataConfig:
 class LearningRateConfig:
     """The optimizer and how each client sets its rate (client setup's client_learning_rate). optimizer
     "default", learning-rate 0 and learning-rate-warmup-rounds -1 mean the network's own (its Recipe in
-    dirichlet_fl.models, chosen by measurement); RunConfig.training resolves them."""
+    dirichlet_fl.models.recipes, chosen by measurement); RunConfig.training resolves them."""
 
     optimizer: str = setting("optimizer", DEFAULT)
     rate: float = setting("learning-rate", 0.0)
@@ -182,7 +182,7 @@ def default_model(dataset: str) -> str:
 
 def resolve_training(lr: LearningRateConfig, model: str, norm: str) -> Training:
     """`lr` with every key left at its default (optimizer "default", learning-rate 0, warm-up -1) replaced by
-    the network's Recipe (dirichlet_fl.models.recipe); an explicit optimizer gets the network's rate for it."""
+    the network's Recipe (dirichlet_fl.models.recipes.recipe); an explicit optimizer gets the network's rate for it."""
     own = recipe(model, norm)
     optimizer = own.optimizer if lr.optimizer == DEFAULT else lr.optimizer
     return Training(optimizer, lr.rate or own.rate(optimizer),
@@ -224,7 +224,8 @@ class SecAggConfig:
 
 @dataclass(frozen=True)
 class ClientDpConfig:
-    """The client-dp keys: client-level DP on the aggregate (privacy/client_level.py, strategies/client_dp.py)."""
+    """The client-dp keys: client-level DP on the aggregate (privacy/accounting/client_level.py,
+    strategies/client_dp.py)."""
 
     mode: str = setting("client-dp", "none")
     clipping_norm: float = setting("client-clipping-norm", 1.0)

@@ -9,7 +9,7 @@ the typed RunConfig and checks what a client would only find out later: the devi
 the data and site files, every client's shard against batch-size (a shard too small sits out, as the
 server lets it; no client able to train is an error), client-epsilons against the number of clients,
 delta below 1/n and the steps a round for each client, and whether every client's target eps lies above
-the floor of Theorem 10 (privacy.analysis.epsilon_floor) for its sampling rate and planned steps; and
+the floor of Theorem 10 (privacy.accounting.analysis.epsilon_floor) for its sampling rate and planned steps; and
 for resume-from, a checkpoint, a readable config.json and an unchanged accounting. The run config is
 read and validated without torch (a bad value answers in about a second); the device, data and shard
 checks import it.
@@ -29,11 +29,11 @@ from flwr.common.config import flatten_dict, get_fused_config_from_dir, get_proj
 
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
 from dirichlet_fl.config import MAX_LOCAL_STEPS, SYNTHETIC, RunConfig, clients_per_round
-from privacy.analysis import UnreachableEpsilonError, epsilon_floor
+from privacy.accounting.analysis import UnreachableEpsilonError, epsilon_floor
 from privacy.registry import mechanism_class
 
 if TYPE_CHECKING:
-    from dirichlet_fl.split import FederatedSplit
+    from dirichlet_fl.data.split import FederatedSplit
 
 PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
 """flwr.common.config.parse_config_args's own pattern for one KEY=VALUE pair."""
@@ -124,7 +124,7 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
 
 def _check_resume(config: RunConfig, num_clients: int) -> None:
     """resume-from holds a checkpoint and a readable config.json of the same accounting and federation."""
-    from dirichlet_fl.run_reader import check_resumable, read_checkpoint, read_json
+    from dirichlet_fl.runs.reader import check_resumable, read_checkpoint, read_json
 
     directory = Path(config.resume_from)
     read_checkpoint(directory)
@@ -154,7 +154,7 @@ def _shards(config: RunConfig, num_clients: int) -> tuple[dict[int, int], list[i
 
 def split_of(config: RunConfig, num_clients: int) -> FederatedSplit:
     """The run's split; a missing file is blamed on the key that names it (site-file or data-root)."""
-    from dirichlet_fl.split import federated_split
+    from dirichlet_fl.data.split import federated_split
 
     data = config.data
     if data.partitioner == "natural" and not Path(data.site_file).is_file():

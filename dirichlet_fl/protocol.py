@@ -158,7 +158,7 @@ def code_fingerprint(app_dir: Path) -> str:
     return digest.hexdigest()
 
 
-# Secure aggregation and client-level DP (client/secure.py, strategies/secure.py).
+# Secure aggregation and client-level DP (client/secagg_plus.py, strategies/secagg_plus.py).
 NOISE_SHARE_STD = "noise-share-std"
 """Train config key: the std of the Gaussian share each client adds to its clipped update under
 secaggplus with client-dp, so that the server only ever unmasks a noised sum."""

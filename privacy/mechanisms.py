@@ -4,7 +4,7 @@ Each mechanism owns how one training step turns a Poisson-sampled minibatch into
 accountant, which composes exactly the steps that ran. The client code is the same for every
 mechanism: build (privacy.registry.build_mechanism, calibrated once), wrap the model and optimizer,
 refuse a round that would_exceed the budget, train_step, record. For a site's lifetime accounting
-(privacy/lifetime.py) a mechanism answers for itself, in the spirit of dp-accounting's DpEvent:
+(privacy/accounting/lifetime.py) a mechanism answers for itself, in the spirit of dp-accounting's DpEvent:
 `rdp_curve`, `after`, `joint_epsilon`, and `noise_range` / `with_noise`.
 """
 
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from privacy.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
-from privacy.analysis import calibrate_r, private_learning_rate
+from privacy.accounting.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
+from privacy.accounting.analysis import calibrate_r, private_learning_rate
 
 if TYPE_CHECKING:  # torch is imported where a mechanism trains, so that the registry stays cheap to import
     import torch
@@ -73,7 +73,7 @@ class Mechanism(ABC):
     the round line, a run of it is an audit's control)."""
     has_epsilon_floor: ClassVar[bool] = False
     """Whether its eps keeps a positive floor as the noise grows without bound (Theorem 10's r -> 0 floor), so
-    that a target at or below it is refused before training (privacy.analysis.epsilon_floor)."""
+    that a target at or below it is refused before training (privacy.accounting.analysis.epsilon_floor)."""
     per_example_gradients: ClassVar[bool] = False
     """Whether it clips each example's gradient (DP-SGD, max-grad-norm): its clip norm is a setting to tune, and
     BatchNorm, which has no per-example gradient, cannot train under it at all (allow-batch-norm is refused)."""

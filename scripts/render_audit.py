@@ -36,16 +36,16 @@ def results_of(run: str) -> dict[str, Any]:
 
 
 def published_table(run: str) -> str:
-    """The block of published run `run` in docs/audit.md (sims.audit_tables.summary_markdown)."""
-    from sims.audit_tables import summary_markdown
+    """The block of published run `run` in docs/audit.md (sims.audit.tables.summary_markdown)."""
+    from sims.audit.tables import summary_markdown
 
     return summary_markdown(results_of(run)).strip("\n") + "\n"
 
 
 def readme_summary() -> str:
     """README's few lines: per published run and arm, the claim, the verdict, the strongest pooled bound
-    and how many seeds were at matched utility (sims.audit_tables.arm_verdicts)."""
-    from sims.audit_tables import arm_verdicts
+    and how many seeds were at matched utility (sims.audit.tables.arm_verdicts)."""
+    from sims.audit.tables import arm_verdicts
 
     lines = ["| run | arm | claimed eps | verdict | eps lower bound (attack) | seeds pooled |",
              "|---|---|---|---|---|---|"]

@@ -40,7 +40,7 @@ ARGS=(--federation-config "num-supernodes=$NUM_CLIENTS")
 ARGS+=("$@")
 "$PYTHON" -m cli.main check "${ARGS[@]}"
 mkdir -p "$FLWR_HOME/local-superlink"
-"$PYTHON" -m cli.staging "$ROOT" "$FLWR_HOME/app"
+"$PYTHON" -m cli.deployment.staging "$ROOT" "$FLWR_HOME/app"
 
 SUPERLINK_PID=""
 SUPERLINK_LOG="$FLWR_HOME/local-superlink/superlink.log"
@@ -49,7 +49,7 @@ LOG="$(mktemp)"
 stop_superlink() {  # SIGTERM to the SuperLink and its descendants (its SuperExec has a session of its own)
   [ -n "$SUPERLINK_PID" ] || return 0
   local tree
-  tree="$SUPERLINK_PID $("$PYTHON" -c 'import sys; from cli.processes import descendants
+  tree="$SUPERLINK_PID $("$PYTHON" -c 'import sys; from cli.deployment.processes import descendants
 print(*descendants([int(sys.argv[1])]))' "$SUPERLINK_PID" 2>/dev/null || true)"
   kill -TERM $tree 2>/dev/null || true
   for _ in $(seq 100); do kill -0 $tree 2>/dev/null || break; sleep 0.1; done  # 10 s grace
@@ -58,7 +58,7 @@ print(*descendants([int(sys.argv[1])]))' "$SUPERLINK_PID" 2>/dev/null || true)"
 }
 
 start_superlink() {  # on a free port; returns 1 if it exited (someone took the port first) or never listened
-  PORT="$("$PYTHON" -c 'from cli.processes import free_port; print(free_port())')"
+  PORT="$("$PYTHON" -c 'from cli.deployment.processes import free_port; print(free_port())')"
   (cd "$FLWR_HOME" && exec setsid "$ROOT/.venv/bin/flower-superlink" --insecure --simulation --isolation subprocess \
     --disable-runtime-dependency-installation --host 127.0.0.1 --port "$PORT") >"$SUPERLINK_LOG" 2>&1 &
   SUPERLINK_PID=$!

@@ -3,7 +3,7 @@
 It builds the model, runs the run's strategy (strategies/build.py: Flower's FedAvg, FedAdam, ... inside the
 private wrapper) for num-server-rounds (fewer if every client's budget is
 spent, or no client can train), evaluates the global model on the held-out test set each round, and
-writes the run's folder (dirichlet_fl/run_writer.py) with a checkpoint after every round, from which
+writes the run's folder (dirichlet_fl/runs/writer.py) with a checkpoint after every round, from which
 `resume-from` continues a killed run. It prints one line per round, at the end what the eps covers,
 and last the run's status line (STATUS_LINE), which scripts/run.sh reads.
 """
@@ -22,13 +22,13 @@ from flwr.superlink.grid import InMemoryGrid
 
 from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import SYNTHETIC, RunConfig
+from dirichlet_fl.data.split import federated_split, run_data
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.metrics import RECALL_PREFIX, collapse_note, dead_class_note, evaluate_model
+from dirichlet_fl.models.run_model import build_run_model, initial_model
 from dirichlet_fl.paths import APP_DIR
 from dirichlet_fl.protocol import RUN_DIR_KEY, code_fingerprint, one_line
-from dirichlet_fl.run_model import build_run_model, initial_model
-from dirichlet_fl.run_writer import COMPLETED, FAILED, RoundRecord, RunWriter
-from dirichlet_fl.split import federated_split, run_data
+from dirichlet_fl.runs.writer import COMPLETED, FAILED, RoundRecord, RunWriter
 from privacy.registry import covers, mechanism_class
 from strategies.build import build_strategy
 from strategies.private import PrivateStrategy
@@ -151,7 +151,7 @@ def main(grid: Grid, context: Context) -> None:
     for line in _summary_lines(config, summary, writer.directory):
         log(INFO, "%s", line)
     if config.audit and status == COMPLETED:
-        from dirichlet_fl.run_audit import audit_run
+        from dirichlet_fl.runs.audit import audit_run
 
         result = audit_run(writer.directory)
         strongest = result.strongest()

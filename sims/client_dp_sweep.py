@@ -2,7 +2,7 @@
 mechanism of every client on as well.
 
 Each cell is one run of sims.fedavg_loop whose aggregation is the client-level DP wrapper's step
-(strategies.client_dp.noised_mean_update) and whose client-level eps comes from privacy.client_level,
+(strategies.client_dp.noised_mean_update) and whose client-level eps comes from privacy.accounting.client_level,
 composed round by round; noise multiplier 0 is the plain FedAvg. One seed fixes everything else, so
 cells differ by the client-level noise only. With --clipping adaptive, C follows a quantile of the
 update norms. Each cell also reports the median update norm before clipping (choose C near it) and the
@@ -22,7 +22,12 @@ from flwr.supercore.differential_privacy import get_norm
 from torch import Tensor
 
 from dirichlet_fl.config import RunConfig
-from privacy.client_level import AdaptiveClipping, ClientLevelAccountant, ClientLevelRound, update_noise_multiplier
+from privacy.accounting.client_level import (
+    AdaptiveClipping,
+    ClientLevelAccountant,
+    ClientLevelRound,
+    update_noise_multiplier,
+)
 from sims.fedavg_loop import FedAvgLoop, LoopRound
 from strategies.client_dp import noised_mean_update, noised_unclipped_count
 

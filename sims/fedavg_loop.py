@@ -1,6 +1,6 @@
 """The app's federated run as a plain Python loop in one process: the same arithmetic, no Flower engine.
 
-Why: to measure what Flower and Ray add per round (sims/bench_simulation.py), and to run accuracy sweeps
+Why: to measure what Flower and Ray add per round (sims/bench/simulation.py), and to run accuracy sweeps
 on a 2-core machine, where a Ray start-up per run would cost more than the training. The same as the
 app: the split, shards and initial model, each client's round (client.round.train_round), the
 strategy's seeded sampling without spent clients, Flower's example-weighted aggregate_arrayrecords, and
@@ -22,11 +22,11 @@ from torch import Tensor, nn
 from client.round import Client, shard_of, train_round
 from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import SYNTHETIC, RunConfig
+from dirichlet_fl.data.split import ClientShard, federated_split
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.metrics import evaluate, evaluate_model, true_class_confidence
+from dirichlet_fl.models.run_model import initial_model
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
-from dirichlet_fl.run_model import initial_model
-from dirichlet_fl.split import ClientShard, federated_split
 from strategies.private import seeded_sample
 
 

@@ -5,7 +5,7 @@ SGD at 0.1, random crop + flip on the device) through the app's client loop
 (client.training.train_locally) and privacy.registry.build_mechanism, so that what is timed is what a
 client runs: the median epoch after untimed warm-up steps (composed like any other), the peak device
 memory and, with real CIFAR10, the test accuracy. Then, unless --federation-clients 0, the federated job on Flower's
-simulation engine with fractional GPUs per client (sims.bench_simulation.measure_run), reported as
+simulation engine with fractional GPUs per client (sims.bench.simulation.measure_run), reported as
 clients per second. BENCHMARKS.md, section 5.
 """
 
@@ -22,12 +22,12 @@ import torch
 from torch import Tensor
 
 from client.training import PoissonBatches, make_optimizer, train_locally
-from dirichlet_fl.augmentation import random_crop_flip
-from dirichlet_fl.data import load_dataset
+from dirichlet_fl.data.augmentation import random_crop_flip
+from dirichlet_fl.data.loaders import load_dataset
 from dirichlet_fl.device import resolve_device, synchronize
 from dirichlet_fl.metrics import evaluate
-from dirichlet_fl.models import build_model
-from privacy.analysis import PAPER_DELTA
+from dirichlet_fl.models.networks import build_model
+from privacy.accounting.analysis import PAPER_DELTA
 from privacy.mechanisms import MechanismSpec
 from privacy.registry import MECHANISMS, build_mechanism
 
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
 
 def federation(args: argparse.Namespace, device: torch.device, out: Path) -> dict[str, Any]:
     """The federated job on Flower + Ray, each client holding a fraction of the GPU; clients per second."""
-    from sims.bench_simulation import measure_run, steady_and_fixed
+    from sims.bench.simulation import measure_run, steady_and_fixed
 
     overrides = {"dataset": "digits", "partitioner": "iid", "num-server-rounds": args.federation_rounds,
                  "local-steps": args.federation_steps, "fraction-evaluate": 0.0, "device": device.type,

@@ -3,7 +3,7 @@
 Flower's own strategy (`strategy`: strategies/flower_strategies.py) aggregates; the client-level DP wrapper
 (`client-dp`: strategies/client_dp.py) goes around it when asked; the private wrapper (strategies/private.py)
 goes around that, and its training messages travel by the transport (`secure-aggregation`: in the clear, or
-SecAgg+, strategies/secure.py). Each key's values map to what they build here, once.
+SecAgg+, strategies/secagg_plus.py). Each key's values map to what they build here, once.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dirichlet_fl.config import RunConfig
 from strategies.client_dp import ClientLevelDp
 from strategies.flower_strategies import flower_strategy
 from strategies.private import ClearTransport, PrivateStrategy, Transport
-from strategies.secure import SecAggPlus
+from strategies.secagg_plus import SecAggPlus
 
 CLIENT_DP: dict[str, Callable[[Strategy, RunConfig], ClientLevelDp | None]] = {
     "none": lambda strategy, config: None,

@@ -1,6 +1,6 @@
 """Client-level DP (DP-FedAvg) as a wrapper around the aggregating strategy, whichever Flower strategy it is.
 
-Every update is clipped to client-clipping-norm C on the client (client/secure.py: Flower's
+Every update is clipped to client-clipping-norm C on the client (client/secagg_plus.py: Flower's
 `fixedclipping_mod`, or the same FlatClip inside the SecAgg+ bridge), and the sum gets N(0, (z C)^2)
 noise, z = client-noise-multiplier:
 - without SecAgg+, by this wrapper, on the uniform mean of the k updates it is handed (std z C / k, as
@@ -8,9 +8,9 @@ noise, z = client-noise-multiplier:
   raise the sensitivity);
 - with SecAgg+, by the clients: each of the m sampled clients adds its share N(0, (z C)^2 / m) before
   masking (noise_shares()), so the server only ever unmasks a noised sum, which the transport hands on as
-  one reply (strategies/secure.py); when only k < m clients contribute, the noise is z sqrt(k / m) C, and
+  one reply (strategies/secagg_plus.py); when only k < m clients contribute, the noise is z sqrt(k / m) C, and
   that smaller multiplier is what the ledger composes.
-Adaptive clipping (client-dp = "adaptive", Andrew et al. 2021; the analysis is in privacy/client_level.py).
+Adaptive clipping (client-dp = "adaptive", Andrew et al. 2021; the analysis is in privacy/accounting/client_level.py).
 C starts at client-clipping-norm and follows the target quantile of the update norms: each round the
 server sends the round's C, each sampled client reports whether its update was left unclipped, and the
 noised count moves C for the next round. The count's noise is sigma_b = client-clipped-count-stddev (0: the
@@ -27,7 +27,7 @@ instead, which under a server optimizer leaves its moments un-noised). Nor do Fl
 private wrapper: they skip aggregation whenever any client replies with an error (every budget refusal
 would void the round) and average with the example-count weights. Flower's
 DifferentialPrivacy*AdaptiveClipping wrappers count the clipped updates but move C as if they were the
-unclipped ones (C runs away from the quantile). The ledger is privacy/client_level.py; the round's
+unclipped ones (C runs away from the quantile). The ledger is privacy/accounting/client_level.py; the round's
 client-level eps reaches the run's records through the aggregate's metrics (private.CLIENT_LEVEL_PREFIX).
 """
 
@@ -52,7 +52,7 @@ from flwr.supercore.differential_privacy import (
 
 from dirichlet_fl.config import ClientDpConfig
 from dirichlet_fl.protocol import CLIPPED_COUNT_NOISE_STD, NOISE_SHARE_STD, Metrics
-from privacy.client_level import (
+from privacy.accounting.client_level import (
     AdaptiveClipping,
     ClientLevelAccountant,
     ClientLevelRound,

@@ -47,7 +47,7 @@ The wrapper decides everything else, the same under every strategy:
 - With keep_updates, each round's record keeps the weights sent and every trainer's returned weights
   (what the coordinator sees), for the run folder's updates/ and the update-view audit.
 - How a round's training messages travel is the transport's: `ClearTransport` (each reply carries its
-  update) or SecAgg+ (strategies/secure.py: only the sum is unmasked, handed on as one reply).
+  update) or SecAgg+ (strategies/secagg_plus.py: only the sum is unmasked, handed on as one reply).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from dirichlet_fl.protocol import (
     number,
     parse_error_reason,
 )
-from dirichlet_fl.run_writer import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
+from dirichlet_fl.runs.writer import COMPLETED, STOPPED_NO_CLIENT, RoundRecord
 from strategies.federated_evaluation import federated_metrics
 from strategies.flower_strategies import flower_strategy, load_strategy_state, strategy_state
 from strategies.message_exchange import send_and_receive
@@ -107,8 +107,8 @@ def seeded_sample(key: tuple[int, str, int], ordered: list[int], population: int
 
 @dataclass(frozen=True)
 class RunResult:
-    """How PrivateStrategy.run ended: the final global weights, the run's status (run_writer.COMPLETED or
-    run_writer.STOPPED_NO_CLIENT) and why, in one line."""
+    """How PrivateStrategy.run ended: the final global weights, the run's status (runs.writer.COMPLETED or
+    runs.writer.STOPPED_NO_CLIENT) and why, in one line."""
 
     arrays: ArrayRecord
     status: str
@@ -116,7 +116,7 @@ class RunResult:
 
 
 class Transport(Protocol):
-    """How a round's training messages travel and come back (ClearTransport; strategies/secure.py)."""
+    """How a round's training messages travel and come back (ClearTransport; strategies/secagg_plus.py)."""
 
     def checked(self, server_round: int, messages: list[Message]) -> list[Message]:
         """The round's messages, or [] (or a ValueError) when this transport cannot carry them."""

@@ -4,7 +4,7 @@ The wrapper offers the wrapped strategy the round's sampled clients as the only 
 (`OfferedClients`), hands it replies (a client's own, or an aggregate made to look like one: `one_reply`),
 and reads back its aggregate (cast to the model's dtypes: `in_dtypes_of`) and its metrics (the round's
 client-level DP under CLIENT_LEVEL_PREFIX). The client-level DP wrapper (strategies/client_dp.py) and the
-SecAgg+ transport (strategies/secure.py) speak the same terms.
+SecAgg+ transport (strategies/secagg_plus.py) speak the same terms.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ WEIGHT = "num-examples"
 """The metric Flower's strategies weight an update by (their `weighted_by_key`)."""
 SECURE_SUM = "secure-sum-of"
 """Metric of a reply that is no client's own but the unmasked mean of this many clients' updates (SecAgg+:
-strategies/secure.py), handed to the wrapped strategy as one reply of weight 1."""
+strategies/secagg_plus.py), handed to the wrapped strategy as one reply of weight 1."""
 CLIENT_LEVEL_PREFIX = "client-level-"
 """A wrapped strategy reports the round's client-level DP (strategies/client_dp.py) in its aggregate
 metrics under this prefix: `client-level-epsilon` becomes RoundRecord.client_level["epsilon"]."""

@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Any
 
-from dirichlet_fl import run_writer
+from dirichlet_fl.runs import writer as run_writer
 from dirichlet_fl.simulation import simulate
 
 

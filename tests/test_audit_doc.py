@@ -9,7 +9,7 @@ import pytest
 
 from scripts import render_audit
 from scripts.doc_blocks import ROOT, block
-from sims.audit_tables import arm_verdicts, summary_markdown
+from sims.audit.tables import arm_verdicts, summary_markdown
 
 DOCUMENT = ROOT / "docs" / "audit.md"
 

@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
+from dirichlet_fl.data.split import federated_split
 from dirichlet_fl.metrics import is_collapsed
-from dirichlet_fl.split import federated_split
-from privacy.analysis import PAPER_DELTA
+from privacy.accounting.analysis import PAPER_DELTA
 from privacy.registry import mechanism_class
 from sims.fedavg_loop import LoopRound, run_fedavg
 from sims.study.plan import Cell, Study, client_floor, clients_of, run_config

@@ -1,7 +1,7 @@
 """A --data-path file in medmnist's .npz layout, checked before any training and made loadable.
 
-The file is read and checked by the app's own site-file reader (dirichlet_fl.site_file); medmnist's
-reader (dirichlet_fl.data, dataset=<flag>) then reads `<data-root>/<flag>.npz`, so a file with any other
+The file is read and checked by the app's own site-file reader (dirichlet_fl.data.data_file); medmnist's
+reader (dirichlet_fl.data.loaders, dataset=<flag>) then reads `<data-root>/<flag>.npz`, so a file with any other
 name or place is linked there, in a folder derived from its path (sims.study.plan.data_source), and the
 app's loader reads it as is. With --dataset npz the app reads the file itself (its data-path).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dirichlet_fl.data.data_file import check_labels, read_npz_splits
 from dirichlet_fl.files import atomic_symlink
-from dirichlet_fl.site_file import check_labels, read_npz_splits
 
 FLAG = "--data-path"
 

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from dirichlet_fl.config import OPTIMIZERS
-from dirichlet_fl.data import NPZ, dataset_num_classes
+from dirichlet_fl.data.loaders import NPZ, dataset_num_classes
 from sims.study.data_file import check_medmnist_layout
 from sims.study.plan import MECHANISMS, RATE_FLAGS, Study, parse_partition
 from sims.study.tuning import MAX_EXTENSION_STEPS, grid_text, parse_rate_grid
@@ -65,8 +65,8 @@ def optimizers_of(args: argparse.Namespace, rates: dict[str, float | None]) -> t
 
 def with_network_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with --optimizers and --warmup-rounds, where not given (None), the network's own: its Recipe
-    (dirichlet_fl.models), for --model with --norm."""
-    from dirichlet_fl.recipes import recipe
+    (dirichlet_fl.models.recipes), for --model with --norm."""
+    from dirichlet_fl.models.recipes import recipe
 
     own = recipe(args.model, args.norm)
     return argparse.Namespace(**{**vars(args),

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
 from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
-from dirichlet_fl.data import NPZ, load_dataset
-from dirichlet_fl.recipes import DEFAULT_WARMUP_ROUNDS
-from dirichlet_fl.split import FederatedSplit, federated_split
-from privacy.analysis import PAPER_DELTA, epsilon_floor
+from dirichlet_fl.data.loaders import NPZ, load_dataset
+from dirichlet_fl.data.split import FederatedSplit, federated_split
+from dirichlet_fl.models.recipes import DEFAULT_WARMUP_ROUNDS
+from privacy.accounting.analysis import PAPER_DELTA, epsilon_floor
 from privacy.registry import BASELINE_FIRST, mechanism_class
 from sims.study.data_file import linked_root
 

@@ -4,7 +4,7 @@ Pictures (matplotlib's object-oriented Agg API, written atomically: dirichlet_fl
 accuracy_vs_epsilon.png (accuracy and balanced accuracy against eps, one line per partition,
 mechanism and optimizer, mechanism none as a horizontal line), client_spread.png (per cell, the clients' accuracies
 on their own label mix, pooled over seeds, as a box plot) and partition-<beta>.png (the class x
-client counts of each partition, seed of the study's first seed; dirichlet_fl.partition's heat map).
+client counts of each partition, seed of the study's first seed; dirichlet_fl.data.partition's heat map).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dirichlet_fl.data.partition import label_counts, plot_label_counts
+from dirichlet_fl.data.split import federated_split
 from dirichlet_fl.files import atomic_path
-from dirichlet_fl.partition import label_counts, plot_label_counts
-from dirichlet_fl.split import federated_split
 from privacy.registry import BASELINE_FIRST, mechanism_class
 from sims.study.plan import Cell, Study, clients_of, run_config
 from sims.study.tuning import optimizer_of

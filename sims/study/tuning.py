@@ -15,8 +15,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from privacy.analysis import PAPER_DELTA
-from sims.audit_config import parse_named_values
+from privacy.accounting.analysis import PAPER_DELTA
+from sims.audit.config import parse_named_values
 from sims.fedavg_loop import run_fedavg
 from sims.study.cell import final_metrics
 from sims.study.plan import MECHANISMS, Cell, Study, cells, clients_of, run_config, tuned_mechanisms

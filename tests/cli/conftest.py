@@ -1,4 +1,4 @@
-"""Fixtures of the deployment tests (cli/federation.py and the pilot on Flower's Deployment Engine)."""
+"""Fixtures of the deployment tests (cli/deployment/federation.py and the pilot on Flower's Deployment Engine)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cli.federation import Federation
-from cli.processes import pid_alive
+from cli.deployment.federation import Federation
+from cli.deployment.processes import pid_alive
 
 
 def leaders(federation: Federation) -> set[int]:

@@ -15,15 +15,15 @@ from flwr.app import ArrayRecord
 
 from cli.audit import add_parser
 from dirichlet_fl.config import DataConfig, RunConfig
+from dirichlet_fl.data.split import federated_split
 from dirichlet_fl.metrics import evaluate
-from dirichlet_fl.run_audit import audit_run, matched_candidates, pooled_candidates
-from dirichlet_fl.run_model import build_run_model
-from dirichlet_fl.run_reader import CHECKPOINT, load_run
-from dirichlet_fl.run_writer import ClientStanding, save_round_updates
-from dirichlet_fl.split import federated_split
+from dirichlet_fl.models.run_model import build_run_model
+from dirichlet_fl.runs.audit import audit_run, matched_candidates, pooled_candidates
+from dirichlet_fl.runs.reader import CHECKPOINT, load_run
+from dirichlet_fl.runs.writer import ClientStanding, save_round_updates
 from privacy.audit.verdict import VERDICTS
 from privacy.registry import covers
-from sims.reference_runs import reference_coins, reference_parts
+from sims.audit.reference_runs import reference_coins, reference_parts
 
 IID_DIGITS = DataConfig(dataset="digits", partitioner="iid")
 

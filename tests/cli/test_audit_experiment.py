@@ -13,11 +13,11 @@ import pytest
 
 from cli import audit_experiment
 from dirichlet_fl.config import DIRICHLET_WEIGHTINGS, RunConfig
-from privacy.analysis import attenuation
+from privacy.accounting.analysis import attenuation
 from privacy.audit.one_run import OneRunCounts
 from privacy.audit.statistics import AttackCounts, epsilon_from_counts
 from privacy.mechanisms import LossWeighting
-from sims.audit_config import (
+from sims.audit.config import (
     CONTROL,
     DEFAULT_WEIGHT_CAP,
     WEIGHTINGS,
@@ -26,8 +26,8 @@ from sims.audit_config import (
     parse_rate_grids,
     parse_rates,
 )
-from sims.audit_experiment import pooled_row, target_jobs
-from sims.audit_training import (
+from sims.audit.experiment import pooled_row, target_jobs
+from sims.audit.training import (
     Job,
     Setting,
     candidate_split,
@@ -36,7 +36,7 @@ from sims.audit_training import (
     train_job,
     training_index,
 )
-from sims.audit_tuning import Choice, choose, tuning_jobs
+from sims.audit.tuning import Choice, choose, tuning_jobs
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
@@ -241,7 +241,7 @@ def test_bad_input_is_one_line_and_exit_code_two(tmp_path, capsys, flag, value, 
 def test_the_optimizer_not_given_is_the_networks_own_with_its_own_rate_grid() -> None:
     """audit-experiment without --optimizer trains each network as its Recipe says: lenet with SGD over the
     effective-rate grids, lenet with GroupNorm with Adam over Adam's grid (its own units); a flag wins."""
-    from sims.audit_config import ADAM_RATE_GRIDS, DEFAULT_RATE_GRIDS
+    from sims.audit.config import ADAM_RATE_GRIDS, DEFAULT_RATE_GRIDS
 
     plain = audit_experiment.config_from_args(parse(["--model", "lenet"]))
     assert (plain.optimizer, plain.rate_grids) == ("sgd", DEFAULT_RATE_GRIDS)

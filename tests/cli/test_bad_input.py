@@ -13,8 +13,8 @@ from flwr.app import Context, RecordDict
 
 from cli.main import main
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.run_model import initial_model
-from dirichlet_fl.split import federated_split
+from dirichlet_fl.data.split import federated_split
+from dirichlet_fl.models.run_model import initial_model
 
 RUN_CONFIG = [  # (--run-config text, the key the message must name)
     ("target-epsilon=-1", "target-epsilon"),

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cli.main import main
-from privacy.analysis import epsilon
+from privacy.accounting.analysis import epsilon
 
 
 def test_json_report(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,7 @@
 """The Deployment Engine on loopback: TLS, SuperNode authentication, and clean shutdown.
 
 These tests start real Flower 1.42 processes (flower-superlink, flower-supernode, flwr) on
-127.0.0.1, CPU only. Each test is bounded twice: every wait inside ``cli.federation`` has its own
+127.0.0.1, CPU only. Each test is bounded twice: every wait inside ``cli.deployment.federation`` has its own
 timeout, and an alarm fixture aborts a test that overruns (pytest-timeout is not installed). Every
 process a test starts is stopped by PID, and each test asserts that none of them is left.
 """
@@ -18,10 +18,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from cli.certificates import CertPaths, make_certificates, make_node_keys
-from cli.federation import Federation
-from cli.processes import DeploymentError, pid_alive
-from cli.staging import ConfigValue, render_config
+from cli.deployment.certificates import CertPaths, make_certificates, make_node_keys
+from cli.deployment.federation import Federation
+from cli.deployment.processes import DeploymentError, pid_alive
+from cli.deployment.staging import ConfigValue, render_config
 from tests.cli.conftest import leaders
 
 TEST_BUDGET_S = 120  # hard ceiling per test; the slowest (the smoke run) takes about 30 s

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from flwr.supercore.superexec.run_superexec import _get_task_poll_interval
 
-from cli.federation import TASK_POLL_ENV, TASK_POLL_S, Federation
-from cli.processes import read_log, wait_exit
+from cli.deployment.federation import TASK_POLL_ENV, TASK_POLL_S, Federation
+from cli.deployment.processes import read_log, wait_exit
 
 PRINT_IT = f"import os; print(os.environ[{TASK_POLL_ENV!r}])"
 

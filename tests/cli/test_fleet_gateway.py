@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.certificates import CertPaths, make_certificates
-from cli.fleet_gateway import FLEET_CALLS, FleetGateway, fleet_call
-from cli.http_service import HttpService, QuietHandler, https_server
-from cli.processes import LOOPBACK
+from cli.deployment.certificates import CertPaths, make_certificates
+from cli.deployment.fleet_gateway import FLEET_CALLS, FleetGateway, fleet_call
+from cli.deployment.http_service import HttpService, QuietHandler, https_server
+from cli.deployment.processes import LOOPBACK
 
 BYPASSES = [
     "/v1/fleet/../control/list-nodes",

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from cli.partition import add_parser
-from dirichlet_fl.data import load_dataset
-from dirichlet_fl.partition import label_counts, partition_indices
+from dirichlet_fl.data.loaders import load_dataset
+from dirichlet_fl.data.partition import label_counts, partition_indices
 
 
 def run_command(argv: list[str]) -> int:

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli.certificates import make_node_keys
-from cli.federation import Federation
+from cli.deployment.certificates import make_node_keys
+from cli.deployment.federation import Federation
+from cli.deployment.processes import DeploymentError
 from cli.main import main
-from cli.processes import DeploymentError
-from dirichlet_fl.data import load_dataset
-from dirichlet_fl.site_file import write_site_file
+from dirichlet_fl.data.data_file import write_site_file
+from dirichlet_fl.data.loaders import load_dataset
 
 TEST_BUDGET_S = 600  # a hang guard; measured: about 60 s of CPU for the whole module (README, docs/consortium.md)
 RUN = "local-steps=10 batch-size=8 learning-rate=0.5"

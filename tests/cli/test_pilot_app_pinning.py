@@ -1,5 +1,6 @@
 """App pinning: a site that trusts one reviewer key runs only apps that key signed, and refuses any other
-before a line of its ClientApp runs (Flower 1.42's ``--trusted-entities`` FAB verification, cli/app_signing.py).
+before a line of its ClientApp runs (Flower 1.42's ``--trusted-entities`` FAB verification,
+cli/deployment/app_signing.py).
 
 The end-to-end test starts a real SuperLink and a pinned SuperNode and submits a tiny app whose ClientApp
 writes a marker file when its code runs: the signed app leaves the marker, a modified app (from a folder,
@@ -14,10 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from cli.app_hub import AppHub, PublishedApp
-from cli.app_signing import build_fab, check_trusted_entities, make_reviewer_key, sign_fab, write_trusted_entities
-from cli.federation import Federation
-from cli.processes import DeploymentError
+from cli.deployment.app_hub import AppHub, PublishedApp
+from cli.deployment.app_signing import (
+    build_fab,
+    check_trusted_entities,
+    make_reviewer_key,
+    sign_fab,
+    write_trusted_entities,
+)
+from cli.deployment.federation import Federation
+from cli.deployment.processes import DeploymentError
 
 TEST_BUDGET_S = 150  # the e2e test: one federation, three runs of about 17 s each on 2 shared cores
 pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]

@@ -1,4 +1,4 @@
-"""Joining is the operator's act alone: the sites' address serves the Fleet API only (cli/fleet_gateway.py).
+"""Joining is the operator's act alone: the sites' address serves the Fleet API only (cli/deployment/fleet_gateway.py).
 
 An outsider holding ``ca.crt`` and the sites' address cannot register a key there (Flower 1.42's Control
 API has no login, so it must not be reachable), and a SuperNode with a key the operator did not register is
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.certificates import make_node_keys
-from cli.federation import Federation
-from cli.processes import DeploymentError, base_env, executable
+from cli.deployment.certificates import make_node_keys
+from cli.deployment.federation import Federation
+from cli.deployment.processes import DeploymentError, base_env, executable
 from tests.cli.test_fleet_gateway import post_as_is
 
 BYPASSES = ["/v1/fleet/../control/list-nodes", "/v1/fleet/%2e%2e/control/list-nodes",

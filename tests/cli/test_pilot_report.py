@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 from cli import pilot
-from cli.federation import RunOutcome
-from cli.main import main
-from cli.pilot_report import (
+from cli.deployment.federation import RunOutcome
+from cli.deployment.pilot_report import (
     FINISHED,
     STATUS_LINE,
     Verdict,
@@ -29,8 +28,9 @@ from cli.pilot_report import (
     server_verdict,
     site_outcome,
 )
-from cli.processes import start_process, stop_processes, wait_exit
-from dirichlet_fl.run_writer import COMPLETED, LEDGER_COLUMNS, STOPPED_NO_CLIENT
+from cli.deployment.processes import start_process, stop_processes, wait_exit
+from cli.main import main
+from dirichlet_fl.runs.writer import COMPLETED, LEDGER_COLUMNS, STOPPED_NO_CLIENT
 
 
 def row(round_: int, client: int, status: str, reason: str = "") -> dict[str, str]:

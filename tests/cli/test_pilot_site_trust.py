@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dirichlet_fl.data import load_dataset
+from dirichlet_fl.data.loaders import load_dataset
 from tests.cli.test_pilot import processes_mentioning
 from tests.client.test_site_on_supernodes import pilot
 from tests.helpers import leaks

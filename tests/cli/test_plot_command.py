@@ -10,8 +10,8 @@ from flwr.app import ArrayRecord
 
 from cli.main import main
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.plots import read_curves
-from dirichlet_fl.run_writer import RoundRecord, RunWriter
+from dirichlet_fl.runs.plots import read_curves
+from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
 
 def make_run(root: Path, name: str, target: float) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from client.lifetime_ledger import LifetimeLedger
+from client.durable.lifetime_ledger import LifetimeLedger
 from privacy.registry import restore_mechanism
 
 FINGERPRINT = "ab" * 32

@@ -12,6 +12,8 @@ from flwr.app import ArrayRecord
 
 import client.client_app as client_app
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.data.split import federated_split
+from dirichlet_fl.models.run_model import initial_model
 from dirichlet_fl.protocol import (
     BUDGET_EXHAUSTED,
     CLASS_HITS,
@@ -21,8 +23,6 @@ from dirichlet_fl.protocol import (
     TRAINING_FAILED,
     code_fingerprint,
 )
-from dirichlet_fl.run_model import initial_model
-from dirichlet_fl.split import federated_split
 from privacy.registry import restore_mechanism
 from tests.helpers import client_context, train_message
 
@@ -146,8 +146,8 @@ def test_a_failure_after_partial_training_is_recorded_with_the_clients_true_eps(
     7 steps, with the eps an independent recomputation from (q, 7, r) gives; the durable ledger was
     written ahead (the whole round composed) before the first step ran."""
     import client.training
-    from dirichlet_fl.run_writer import RunWriter
-    from privacy.analysis import epsilon
+    from dirichlet_fl.runs.writer import RunWriter
+    from privacy.accounting.analysis import epsilon
     from strategies.private import PrivateStrategy
 
     context = client_context(OVERRIDES)

@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
+from client.rate_and_randomness import client_learning_rate
 from client.round import Client, train_round
-from client.setup import client_learning_rate
 from dirichlet_fl.config import LearningRateConfig, RunConfig
-from dirichlet_fl.recipes import DEFAULT_WARMUP_ROUNDS
-from dirichlet_fl.run_model import initial_model
-from dirichlet_fl.split import ClientShard
+from dirichlet_fl.data.split import ClientShard
+from dirichlet_fl.models.recipes import DEFAULT_WARMUP_ROUNDS
+from dirichlet_fl.models.run_model import initial_model
 from privacy.dirichlet import dirichlet_nll_loss
 from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, MechanismSpec, NoPrivacy
@@ -101,7 +101,7 @@ def test_the_reply_carries_each_clients_own_rate() -> None:
 
 
 def _digits():
-    from dirichlet_fl.split import federated_split
+    from dirichlet_fl.data.split import federated_split
 
     return federated_split(RunConfig().split_spec(4)).data
 
@@ -123,10 +123,10 @@ def test_a_warmup_below_minus_one_is_refused_by_its_key() -> None:
 
 
 def test_each_key_left_at_its_default_takes_the_networks_recipe_and_a_given_key_wins() -> None:
-    """optimizer "default", learning-rate 0 and warm-up -1 resolve to the network's Recipe (dirichlet_fl.models):
-    the default job's cnn keeps SGD at the effective rate 0.05 and 3 warm-up rounds, bit for bit as before;
-    resnet9 and lenet with GroupNorm train with Adam at 1e-3; an explicit optimizer gets the network's rate for
-    it, and every key given wins."""
+    """optimizer "default", learning-rate 0 and warm-up -1 resolve to the network's Recipe
+    (dirichlet_fl.models.recipes): the default job's cnn keeps SGD at the effective rate 0.05 and 3 warm-up rounds,
+    bit for bit as before; resnet9 and lenet with GroupNorm train with Adam at 1e-3; an explicit optimizer gets the
+    network's rate for it, and every key given wins."""
     from dirichlet_fl.config import Training
 
     assert RunConfig().training == Training("sgd", 0.05, 3)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 import client.client_app as client_app
-from client.lifetime_ledger import LifetimeLedger
-from client.locked_json import LockedJsonError, LockedJsonFile
-from client.secret_store import LifetimeLedgerIndex, lifetime_ledger_key, stored_secret
+from client.durable.lifetime_ledger import LifetimeLedger
+from client.durable.locked_json import LockedJsonError, LockedJsonFile
+from client.durable.secret_store import LifetimeLedgerIndex, lifetime_ledger_key, stored_secret
 from dirichlet_fl.protocol import SETUP_FAILED
 from privacy.mechanisms import MechanismSpec
 from privacy.registry import build_mechanism, restore_mechanism
@@ -200,8 +200,8 @@ def arrays(context: Any) -> Any:
     from flwr.app import ArrayRecord
 
     from dirichlet_fl.config import RunConfig
-    from dirichlet_fl.run_model import initial_model
-    from dirichlet_fl.split import federated_split
+    from dirichlet_fl.data.split import federated_split
+    from dirichlet_fl.models.run_model import initial_model
 
     config = RunConfig.from_run_config(context.run_config)
     return ArrayRecord(initial_model(config, federated_split(config.split_spec(2)).data).state_dict())

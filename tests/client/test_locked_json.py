@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.locked_json import LockedJsonError, LockedJsonFile
+from client.durable.locked_json import LockedJsonError, LockedJsonFile
 
 
 def test_save_then_load_round_trips_with_mode_0600(tmp_path) -> None:

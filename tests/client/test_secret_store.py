@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from client.secret_store import SECRET_BYTES, SECRET_FILE, stored_secret
+from client.durable.secret_store import SECRET_BYTES, SECRET_FILE, stored_secret
 from dirichlet_fl.files import publish_once
 
 
@@ -42,7 +42,7 @@ def test_publish_once_never_replaces_and_leaves_no_temporary(tmp_path: Path) -> 
 def test_a_reader_during_creation_never_sees_a_partial_secret(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A second process reading while the first is still drawing its secret: it creates its own whole
     secret (or reads a whole one), and the first then reads that one instead of publishing a second."""
-    import client.secret_store as store
+    import client.durable.secret_store as store
 
     real_token_hex, inner = store.secrets.token_hex, []
 

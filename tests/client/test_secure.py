@@ -1,5 +1,5 @@
 """The ClientApp under client-level DP without SecAgg+: Flower's fixedclipping_mod (routed by
-client/secure.py) clips every update to C; the server adds the noise afterwards."""
+client/secagg_plus.py) clips every update to C; the server adds the noise afterwards."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, get_norm
 
 from client.client_app import app as client_app
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.run_model import initial_model
-from dirichlet_fl.split import federated_split
+from dirichlet_fl.data.split import federated_split
+from dirichlet_fl.models.run_model import initial_model
 from tests.helpers import client_context, train_message
 
 

@@ -15,15 +15,15 @@ from flwr.app import ArrayRecord, Context, RecordDict
 from flwr.common.config import get_fused_config_from_dir
 
 import client.client_app as client_app
-from client.lifetime_ledger import LifetimeLedger
+from client.durable.lifetime_ledger import LifetimeLedger
 from client.site import SitePolicy, node_secret, open_lifetime_ledger, public_reason
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.data import load_dataset
+from dirichlet_fl.data.data_file import write_site_file
+from dirichlet_fl.data.loaders import load_dataset
+from dirichlet_fl.data.split import federated_split
+from dirichlet_fl.models.run_model import initial_model
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, POLICY_REFUSED, SETUP_FAILED
-from dirichlet_fl.run_model import initial_model
 from dirichlet_fl.simulation import APP_DIR
-from dirichlet_fl.site_file import write_site_file
-from dirichlet_fl.split import federated_split
 from tests.helpers import leaks, set_task_identity, train_message
 
 RUN = {"num-server-rounds": 2, "local-steps": 4, "partitioner": "iid"}

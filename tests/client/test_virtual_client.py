@@ -11,9 +11,9 @@ from flwr.app import ArrayRecord
 
 import client.client_app as client_app
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.data.split import client_shard, federated_split
+from dirichlet_fl.models.run_model import initial_model
 from dirichlet_fl.protocol import CLIENT_ID_KEY, CODE_KEY, CODE_MISMATCH, RUN_DIR_KEY, SETUP_FAILED, code_fingerprint
-from dirichlet_fl.run_model import initial_model
-from dirichlet_fl.split import client_shard, federated_split
 from privacy.registry import restore_mechanism
 from tests.helpers import client_context, train_message
 

@@ -1,4 +1,4 @@
-"""dirichlet_fl/audit_plot.py draws audit reports and bare ROC curves into one PNG, written atomically."""
+"""dirichlet_fl/runs/audit_plot.py draws audit reports and bare ROC curves into one PNG, written atomically."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dirichlet_fl.audit_plot import plot_roc
+from dirichlet_fl.runs.audit_plot import plot_roc
 from privacy.audit.report import Claim, audit
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dirichlet_fl.augmentation import augmentation, random_crop_flip
 from dirichlet_fl.config import DataConfig, RunConfig
+from dirichlet_fl.data.augmentation import augmentation, random_crop_flip
 
 
 @pytest.mark.parametrize(

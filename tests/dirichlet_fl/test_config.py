@@ -142,7 +142,7 @@ def test_a_run_stores_the_optimizer_rate_and_warmup_it_trains_with_and_an_older_
     """config.json holds the resolved optimizer, rate and warm-up (never 'default'); a folder written before the
     network recipes (explicit sgd, 0.05, 3) resumes under today's defaults, which resolve to the same for cnn;
     a resumed run that would train otherwise is refused by the key."""
-    from dirichlet_fl.run_reader import check_resumable
+    from dirichlet_fl.runs.reader import check_resumable
 
     today = RunConfig.from_run_config({})
     stored = today.resolved_run_config()

@@ -12,8 +12,8 @@ import pytest
 import scipy.io
 import torch
 
-from dirichlet_fl.data import dataset_names, load_dataset
-from dirichlet_fl.image_data import ImageData
+from dirichlet_fl.data.image_data import ImageData
+from dirichlet_fl.data.loaders import dataset_names, load_dataset
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from dirichlet_fl.models import MODEL_REGISTRY, MODELS, build_model, num_groups
+from dirichlet_fl.models.networks import MODEL_REGISTRY, MODELS, build_model, num_groups
 
 INPUTS = [(1, 8), (1, 28), (3, 32)]  # digits, MNIST-like, CIFAR/SVHN-like
 
@@ -16,7 +16,7 @@ def has(model: nn.Module, kind: type) -> bool:
 
 
 def test_the_torch_free_name_table_names_exactly_the_models_built() -> None:
-    assert tuple(MODEL_REGISTRY) == MODELS  # config validation reads MODELS (dirichlet_fl.norms) without torch
+    assert tuple(MODEL_REGISTRY) == MODELS  # config validation reads MODELS (dirichlet_fl.models.norms) without torch
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -16,10 +16,10 @@ import torch
 
 from cli.main import main
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.data import dataset_num_classes, load_dataset
+from dirichlet_fl.data.loaders import dataset_num_classes, load_dataset
+from dirichlet_fl.data.split import federated_split
 from dirichlet_fl.preflight import preflight
 from dirichlet_fl.simulation import APP_DIR, simulate
-from dirichlet_fl.split import federated_split
 
 pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dirichlet_fl.partition import label_counts, partition_indices, plot_label_counts
+from dirichlet_fl.data.partition import label_counts, partition_indices, plot_label_counts
 
 
 @pytest.fixture(scope="module")

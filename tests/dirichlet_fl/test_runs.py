@@ -11,8 +11,8 @@ import torch
 from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.run_reader import load_round_updates
-from dirichlet_fl.run_writer import RoundRecord, RunWriter
+from dirichlet_fl.runs.reader import load_round_updates
+from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
 
 def trained(partition: int, eps: float, steps: int) -> dict[str, float]:
@@ -172,8 +172,8 @@ def test_updates_are_not_kept_unless_asked(tmp_path) -> None:
 
 
 def test_a_hundred_thousand_clients_keep_ledgers_for_the_sampled_only_and_list_them_in_clients_csv(tmp_path) -> None:
-    from dirichlet_fl.run_reader import read_summary
-    from dirichlet_fl.run_writer import CLIENTS_FILE, CLIENTS_IN_SUMMARY
+    from dirichlet_fl.runs.reader import read_summary
+    from dirichlet_fl.runs.writer import CLIENTS_FILE, CLIENTS_IN_SUMMARY
 
     writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="big"), num_clients=100_000, covers="x")
     record = RoundRecord(1, trained={99_999: trained(99_999, 0.5, 4), 7: trained(7, 0.25, 4)},

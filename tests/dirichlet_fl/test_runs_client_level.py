@@ -9,7 +9,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from dirichlet_fl.config import ClientDpConfig, RunConfig
-from dirichlet_fl.run_writer import RoundRecord, RunWriter
+from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
 
 def test_the_run_folder_labels_the_client_level_eps(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.metrics import ClassCounts, dead_class_note
-from dirichlet_fl.run_writer import RoundRecord, RunWriter
+from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
 CLASSES = 3
 

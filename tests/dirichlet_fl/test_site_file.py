@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from dirichlet_fl.data import load_dataset
-from dirichlet_fl.site_file import load_site_file, write_site_file
+from dirichlet_fl.data.data_file import load_site_file, write_site_file
+from dirichlet_fl.data.loaders import load_dataset
 
 
 def test_a_written_site_file_reads_back_with_its_labels_and_the_sites_own_statistics(tmp_path: Path) -> None:

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-import dirichlet_fl.split as split
+import dirichlet_fl.data.split as split
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.run_model import build_run_model
-from dirichlet_fl.synthetic import NUM_CLASSES, NUM_FEATURES, SyntheticSpec, client_data, held_out_data
+from dirichlet_fl.data.synthetic import NUM_CLASSES, NUM_FEATURES, SyntheticSpec, client_data, held_out_data
+from dirichlet_fl.models.run_model import build_run_model
 
 SPEC = SyntheticSpec(seed=0, alpha=1.0, beta=1.0, examples=40)
 

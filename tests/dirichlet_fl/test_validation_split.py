@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from dirichlet_fl.config import DataConfig, RunConfig
-from dirichlet_fl.data import load_dataset
-from dirichlet_fl.split import federated_split
+from dirichlet_fl.data.loaders import load_dataset
+from dirichlet_fl.data.split import federated_split
 
 
 def keys(images: torch.Tensor) -> set[bytes]:

@@ -1,4 +1,4 @@
-"""The r* solver as it stood before issue 33 (privacy/analysis.py at 8c18231), frozen as the reference that
+"""The r* solver as it stood before issue 33 (privacy/accounting/analysis.py at 8c18231), frozen as the reference that
 the fast solver must reproduce: same r* to 1e-9 relative, never an eps above its target.
 
 It evaluates eps(r) over every admissible order at once from a (lam, j) table of log Binomial(lam, q)
@@ -27,7 +27,7 @@ from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp, polygamma
 from scipy.stats import binom
 
-SOLVER = "calibrate_r of privacy/analysis.py at 8c18231, before issue 33"
+SOLVER = "calibrate_r of privacy/accounting/analysis.py at 8c18231, before issue 33"
 MAX_ORDER = 4096
 REFERENCE = Path(__file__).with_name("calibration_reference.json")
 
@@ -123,7 +123,7 @@ def reference_row(setting: dict[str, object]) -> dict[str, object]:
 
 
 def _settings(group: str | None) -> list[dict[str, object]]:
-    from sims.bench_accountant import grid
+    from sims.bench.accountant import grid
 
     return [{"group": s.group, "name": s.name, "alpha": s.alpha, "sample_rate": s.sample_rate, "steps": s.steps,
              "epsilon": s.epsilon, "delta": s.delta} for s in grid() if group is None or s.group == group]

@@ -1,6 +1,6 @@
 """Reference formulas the tests check the library against. An independent evaluation of Theorem 10,
 written straight from the paper's formula in mpmath (50 digits, a plain loop over orders, no log-space
-rewrite), to check privacy.analysis against."""
+rewrite), to check privacy.accounting.analysis against."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from privacy.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
-from privacy.analysis import PrivacyCurve, calibrate_r, epsilon, rdp_to_epsilon, subsampled_rdp
+from privacy.accounting.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
+from privacy.accounting.analysis import PrivacyCurve, calibrate_r, epsilon, rdp_to_epsilon, subsampled_rdp
 from tests.privacy.reference import theorem10_epsilon
 
 DELTA = 1e-5

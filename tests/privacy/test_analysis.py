@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from privacy.analysis import (
+from privacy.accounting.analysis import (
     PrivacyCurve,
     UnreachableEpsilonError,
     binomial_tail_above_two,

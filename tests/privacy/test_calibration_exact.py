@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from privacy import analysis
-from privacy.analysis import (
+from privacy.accounting import analysis
+from privacy.accounting.analysis import (
     UnreachableEpsilonError,
     calibrate_r,
     epsilon,
     rdp_to_epsilon,
     subsampled_rdp,
 )
-from sims.bench_accountant import GROUPS, grid
+from sims.bench.accountant import GROUPS, grid
 from tests.privacy import frozen_calibration as frozen
 
 KEYS = ("group", "name", "alpha", "sample_rate", "steps", "epsilon", "delta")

@@ -14,7 +14,12 @@ from flwr.supercore.privacy_accounting import GaussianPrivacyEvent, PrivacyConfi
 from flwr.supercore.privacy_accounting import NeighboringRelation as FlowerRelation
 from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant as FlowerRdpAccountant
 
-from privacy.client_level import AdaptiveClipping, ClientLevelAccountant, ClientLevelRound, update_noise_multiplier
+from privacy.accounting.client_level import (
+    AdaptiveClipping,
+    ClientLevelAccountant,
+    ClientLevelRound,
+    update_noise_multiplier,
+)
 
 
 @pytest.mark.parametrize(("population", "sample_size", "multiplier", "rounds"), [(100, 10, 1.1, 4), (10, 10, 3.0, 5)])

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from privacy.analysis import attenuation
+from privacy.accounting.analysis import attenuation
 from privacy.csprng import SecureRandom, secure_standard_gamma
 from privacy.dirichlet import dirichlet_nll_loss
 from privacy.dpsgd import DPSGDMechanism
@@ -160,7 +160,7 @@ def test_train_locally_draws_its_privacy_randomness_from_the_csprng_not_the_seed
 def test_secure_rng_is_a_run_config_key_and_the_summary_says_secure() -> None:
     from dirichlet_fl.config import RunConfig
     from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED, NOISE_SECURE
-    from dirichlet_fl.run_writer import RoundRecord
+    from dirichlet_fl.runs.writer import RoundRecord
 
     assert RunConfig.from_run_config({"secure-rng": "true", "mechanism": "dpsgd"}).secure_rng
     assert not RunConfig().secure_rng
@@ -178,8 +178,8 @@ def test_a_client_trains_under_secure_rng_and_says_so(mechanism: str) -> None:
 
     import client.client_app as client_app
     from dirichlet_fl.config import RunConfig
-    from dirichlet_fl.run_model import initial_model
-    from dirichlet_fl.split import federated_split
+    from dirichlet_fl.data.split import federated_split
+    from dirichlet_fl.models.run_model import initial_model
     from tests.helpers import client_context, train_message
 
     context = client_context({"local-steps": 4, "partitioner": "iid", "mechanism": mechanism, "secure-rng": True})

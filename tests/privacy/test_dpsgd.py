@@ -11,7 +11,7 @@ import torch
 from opacus.accountants import RDPAccountant
 from torch import nn
 
-from dirichlet_fl.models import build_model
+from dirichlet_fl.models.networks import build_model
 from privacy.dpsgd import EPSILON_TOLERANCE, DPSGDMechanism, expected_batch_size
 from privacy.mechanisms import MechanismSpec
 from privacy.registry import build_mechanism, restore_mechanism

@@ -10,17 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import privacy.lifetime
-from privacy.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
-from privacy.analysis import PrivacyCurve, rdp_to_epsilon, subsampled_rdp
-from privacy.dpsgd import DPSGDMechanism
-from privacy.lifetime import (
+import privacy.accounting.lifetime
+from privacy.accounting.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
+from privacy.accounting.analysis import PrivacyCurve, rdp_to_epsilon, subsampled_rdp
+from privacy.accounting.lifetime import (
     USEFUL_FRACTION,
     LifetimeBudgetSpent,
     calibrate_within_lifetime,
     composed_epsilon,
     lifetime_epsilon,
 )
+from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, Mechanism, MechanismSpec, NoPrivacy
 from privacy.registry import MECHANISMS, build_mechanism, restore_mechanism
 from tests.privacy.reference import theorem10_epsilon
@@ -125,7 +125,7 @@ def none_run(steps: int) -> dict:
 
 
 def reference_lifetime_epsilon(states: list[dict], delta: float) -> float:
-    """The lifetime eps as privacy/lifetime.py computed it before mechanisms answered for themselves, read
+    """The lifetime eps as privacy/accounting/lifetime.py computed it before mechanisms answered for themselves, read
     straight off the JSON states: inf once a `none` run trained; DP-SGD alone by Opacus's RDPAccountant;
     otherwise the sum over orders 2..4096 of Theorem 10's curves (inf beyond an event's admissible order)
     and the subsampled Gaussian curves (Opacus's compute_rdp up to order 256, lam/(2 sigma^2) above)."""
@@ -286,6 +286,6 @@ def test_a_new_mechanism_is_one_class_and_one_line(monkeypatch: pytest.MonkeyPat
 
 
 def test_lifetime_accounting_never_compares_a_mechanism_name() -> None:
-    source = Path(privacy.lifetime.__file__).read_text()
+    source = Path(privacy.accounting.lifetime.__file__).read_text()
     constants = {node.value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Constant)}
-    assert not constants & set(MECHANISMS), "privacy/lifetime.py names a mechanism: ask the mechanism instead"
+    assert not constants & set(MECHANISMS), "privacy/accounting/lifetime.py names a mechanism: ask the mechanism"

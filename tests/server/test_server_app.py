@@ -12,10 +12,10 @@ from flwr.app import ArrayRecord
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.data.split import federated_split
 from dirichlet_fl.metrics import ClassCounts
-from dirichlet_fl.run_model import initial_model
-from dirichlet_fl.run_writer import RoundRecord, RunWriter
-from dirichlet_fl.split import federated_split
+from dirichlet_fl.models.run_model import initial_model
+from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 from privacy.registry import MECHANISMS
 from server.server_app import _central_evaluator, _round_line, _summary_lines
 

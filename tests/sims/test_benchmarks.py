@@ -18,7 +18,7 @@ from cli import bench
 from cli.main import OneLineErrorParser
 from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import DataConfig, RunConfig
-from dirichlet_fl.split import federated_split
+from dirichlet_fl.data.split import federated_split
 from sims.fedavg_loop import FedAvgLoop
 from strategies.private import PrivateStrategy, seeded_sample
 from tests.helpers import set_task_identity
@@ -276,7 +276,7 @@ def test_gpu_federation_needs_a_gpu_for_a_gpu_share(tmp_path: Path, capsys: pyte
 
 
 def test_linkstate_sweep_is_timed_on_flowers_own_state() -> None:
-    from sims.bench_scale import sweep_seconds
+    from sims.bench.scale import sweep_seconds
 
     assert sweep_seconds(50, 5, repeats=1) > 0.0
 
@@ -284,7 +284,7 @@ def test_linkstate_sweep_is_timed_on_flowers_own_state() -> None:
 def test_scale_with_virtual_clients_asks_for_the_population_on_a_few_supernodes() -> None:
     import argparse
 
-    from sims.bench_scale import population_overrides
+    from sims.bench.scale import population_overrides
 
     args = argparse.Namespace(dataset="synthetic", data_root="unused", rounds=3, local_steps=20, batch_size=8,
                               sampled=10, num_supernodes=4, run_config="")
@@ -295,7 +295,7 @@ def test_scale_with_virtual_clients_asks_for_the_population_on_a_few_supernodes(
 
 
 def test_scale_checks_budgets_and_that_the_ledger_files_are_the_trained_clients(tmp_path: Path) -> None:
-    from sims.bench_scale import ledger_check
+    from sims.bench.scale import ledger_check
 
     (tmp_path / "ledgers").mkdir()
     for client in (4, 9):

@@ -12,8 +12,8 @@ import pytest
 
 from cli.main import main
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.data import load_dataset
-from dirichlet_fl.split import federated_split
+from dirichlet_fl.data.loaders import load_dataset
+from dirichlet_fl.data.split import federated_split
 from sims.fedavg_loop import LoopResult, run_fedavg
 from sims.study import cell as study_cell
 from sims.study import tuning as study_tuning

@@ -1,5 +1,5 @@
 """Every Flower strategy inside the private wrapper, end to end in this process: the real ServerApp and
-ClientApp over sims.bench_secagg.InProcessGrid (no Ray, no ports), the same seed for every run.
+ClientApp over sims.bench.secagg.InProcessGrid (no Ray, no ports), the same seed for every run.
 
 The accounting does not depend on the server's aggregation: every client's eps, steps and ledger rows are
 FedAvg's under each strategy (and under SecAgg+ or client-level DP); the weights are not, except for
@@ -22,7 +22,7 @@ from client.client_app import app as client_app
 from dirichlet_fl.config import STRATEGIES
 from dirichlet_fl.simulation import APP_DIR
 from server.server_app import main as server_main
-from sims.bench_secagg import InProcessGrid
+from sims.bench.secagg import InProcessGrid
 
 CLIENTS = 3
 TINY = {"num-server-rounds": 3, "local-steps": 2, "partitioner": "iid", "fraction-evaluate": 0.0, "seed": 5}

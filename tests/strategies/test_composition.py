@@ -20,7 +20,7 @@ from strategies.build import CLIENT_DP as CLIENT_DP_WRAPPERS
 from strategies.build import TRANSPORTS, build_strategy
 from strategies.client_dp import ClientLevelDp
 from strategies.private import ClearTransport, PrivateStrategy
-from strategies.secure import SecAggPlus
+from strategies.secagg_plus import SecAggPlus
 from strategies.wrapped import in_dtypes_of
 from tests.helpers import set_task_identity
 

@@ -14,7 +14,7 @@ from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
 
 from dirichlet_fl.config import RunConfig
-from dirichlet_fl.run_writer import COMPLETED, RoundRecord
+from dirichlet_fl.runs.writer import COMPLETED, RoundRecord
 from strategies.private import PrivateStrategy
 from strategies.replies import NODE_UNAVAILABLE, attribute_replies, exchange
 from tests.helpers import set_task_identity

@@ -1,6 +1,6 @@
 """A SuperNode killed mid-run on Flower's Deployment Engine (issue 24 item 8), end to end.
 
-Three sites on loopback (TLS, SuperNode authentication: cli.federation.Federation) run the app for
+Three sites on loopback (TLS, SuperNode authentication: cli.deployment.federation.Federation) run the app for
 three rounds; site 2's SuperNode is SIGKILLed, by PID, as soon as round 1 is on disk. The SuperLink
 then answers for it ("Node Unavailable", sender 1) once its heartbeats stop: the run must complete,
 with site 2 recorded as failed from round 2 on and the other two trained. Bounded twice: the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.federation import Federation
+from cli.deployment.federation import Federation
 from dirichlet_fl.paths import APP_DIR, stage_app
 
 TEST_BUDGET_S = 480  # a hang guard: startup ~30 s, the SuperLink notices a dead node within ~60 s

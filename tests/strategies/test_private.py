@@ -9,7 +9,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, Re
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
-from dirichlet_fl.run_writer import RoundRecord
+from dirichlet_fl.runs.writer import RoundRecord
 from strategies.private import PrivateStrategy
 from tests.helpers import set_task_identity
 

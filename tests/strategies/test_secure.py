@@ -1,6 +1,6 @@
 """SecAgg+ and client-level DP in the strategy: Flower's real protocol code (secaggplus_mod on each
-client, SecAggPlusWorkflow on the server) run in-process through the app's bridges (client/secure.py,
-strategies/secure.py, strategies/client_dp.py) on sims.bench_secagg.InProcessGrid, with clients that return
+client, SecAggPlusWorkflow on the server) run in-process through the app's bridges (client/secagg_plus.py,
+strategies/secagg_plus.py, strategies/client_dp.py) on sims.bench.secagg.InProcessGrid, with clients that return
 known updates."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from flwr.clientapp import ClientApp
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 
-from client.secure import aggregation_mod
+from client.secagg_plus import aggregation_mod
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
-from privacy.client_level import ClientLevelRound
-from sims.bench_secagg import InProcessGrid
-from sims.bench_secagg import secure_round as run_secure_round
+from privacy.accounting.client_level import ClientLevelRound
+from sims.bench.secagg import InProcessGrid
+from sims.bench.secagg import secure_round as run_secure_round
 from strategies.build import build_strategy
 from strategies.client_dp import ClientLevelDp
 from strategies.private import PrivateStrategy

@@ -1,0 +1,527 @@
+"""A Flower 1.42 Deployment Engine on loopback: one SuperLink, N SuperNodes, TLS and SuperNode authentication.
+
+A consortium pilot needs the real Deployment Engine, secured as a production federation would be: TLS
+with a certificate the sites verify against a CA, only SuperNodes whose public key was registered
+beforehand (``--enable-supernode-auth``), and no app dependency installed at run time. `Federation`
+starts all of that on 127.0.0.1, waits until each part is ready (polling ports and logs, never fixed
+sleeps), submits runs through the ``flwr`` CLI and stops every process it started (cli/deployment/processes.py).
+Measured against flwr 1.42.0: the three APIs share one HTTPS port, and ``flwr run`` exits 0 even when
+the ServerApp failed (it prints ``Exit Code: <n>``; ``flwr list --run-id`` says ``finished:failed``).
+Every process gets ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` = TASK_POLL_S unless the caller's environment
+sets it: the SuperExec that the SuperLink and each SuperNode start asks for a task (a ServerApp or
+ClientApp process to start) that often (0.01-60 s, default 1; flwr/supercore/superexec/run_superexec.py).
+The SuperNode's waits between two pulls that found no message (3 s) and between two looks for a finished
+reply (0.5 s) are fixed in Flower 1.42 (flwr/supernode/start_client_internal.py): nothing sets them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import re
+import signal
+import time
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from cli.deployment.app_signing import check_trusted_entities
+from cli.deployment.certificates import CertPaths, NodeKeys, make_certificates, make_node_keys
+from cli.deployment.fleet_gateway import FleetGateway
+from cli.deployment.processes import (
+    LOOPBACK,
+    POLL_S,
+    DeploymentError,
+    ManagedProcess,
+    base_env,
+    executable,
+    failure_reason,
+    free_port,
+    port_open,
+    read_log,
+    start_process,
+    stop_processes,
+    wait_exit,
+)
+from cli.deployment.staging import ConfigValue, render_config
+from dirichlet_fl.files import write_atomically
+
+_CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_EXIT_CODE = re.compile(r"Exit Code: (\d+)")
+_RUN_ID = re.compile(r"Successfully (?:started|submitted) run (\d+)", re.IGNORECASE)
+_NODE_READY = "SuperNode ID:"
+TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+TASK_POLL_S = 0.2
+"""Seconds between a SuperExec's task polls: a message waits at most this long for its ClientApp process
+(Flower's default 1 s), for about 5 small loopback requests a second per SuperExec."""
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one ``flwr run`` did: its exit code, its output, and the ServerApp's verdict."""
+
+    returncode: int
+    output: str
+    duration_s: float
+    log_path: Path
+    run_id: int | None = None
+    server_exit_code: int | None = None
+    status: str | None = None
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True only if the CLI, the ServerApp and the run's recorded status all report success.
+
+        ``flwr run`` returns 0 even when the ServerApp raised, so its exit code alone is not enough.
+        """
+        status_ok = self.status is None or "completed" in self.status
+        return self.returncode == 0 and self.server_exit_code is None and not self.timed_out and status_ok
+
+
+@dataclass
+class SuperNodeHandle:
+    """One started SuperNode: its site id, keys, node config, ports and process."""
+
+    site_id: int
+    keys: NodeKeys
+    node_config: dict[str, ConfigValue]
+    port: int
+    root_certificates: Path
+    process: ManagedProcess
+    node_id: int | None = None
+
+
+def require_file(path: Path, flag: str) -> Path:
+    """Return ``path`` resolved, or raise a one-line error naming the file and the flag it feeds."""
+    if not path.is_file():
+        raise DeploymentError(f"{flag}: file not found: {path}")
+    return path.resolve()
+
+
+class Federation:
+    """One SuperLink and N SuperNodes on loopback, with TLS and SuperNode authentication.
+
+    Use as a context manager: entering starts everything and waits until each SuperNode is
+    connected; leaving (normally, on an exception or on KeyboardInterrupt) stops every process it
+    started. ``stop()`` is also registered with ``atexit`` while the federation runs.
+
+    Layout under ``workdir``: ``certificates/`` (unless ``certs`` is given), ``keys/``,
+    ``flwr-home/`` (FLWR_HOME of the SuperLink and the CLI, with the CLI's config.toml),
+    ``superlink/`` (the SuperLink's working directory: the ServerApp's outputs land here),
+    ``supernode-<site>/`` (each SuperNode's working directory and FLWR_HOME), ``logs/`` (unless
+    ``log_dir`` is given: a caller that runs several federations on one workdir gives each its own).
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        node_configs: Sequence[Mapping[str, ConfigValue]],
+        *,
+        name: str = "pilot",
+        certs: CertPaths | None = None,
+        startup_timeout: float = 60.0,
+        grace_period: float = 10.0,
+        log_dir: Path | None = None,
+        hub_url: str | None = None,
+        trusted_entities: Sequence[Path | None] = (),
+        fleet_gateway: bool = False,
+    ) -> None:
+        if not _CONNECTION_NAME.match(name):
+            raise DeploymentError(f"connection name must match [A-Za-z0-9_-]+: {name!r}")
+        self.workdir = workdir.resolve()
+        self.name = name
+        self.node_configs = [dict(config) for config in node_configs]
+        self._certs = certs
+        self.startup_timeout = startup_timeout
+        self.grace_period = grace_period
+        self.flwr_home = self.workdir / "flwr-home"
+        self.superlink_dir = self.workdir / "superlink"
+        self.log_dir = log_dir.resolve() if log_dir is not None else self.workdir / "logs"
+        self.port: int | None = None
+        self.superlink: ManagedProcess | None = None
+        self.nodes: list[SuperNodeHandle] = []
+        self._processes: list[ManagedProcess] = []
+        self._ports: set[int] = set()
+        self._runs = 0
+        self.hub_url = hub_url
+        self.trusted_entities = list(trusted_entities)
+        self.use_gateway = fleet_gateway
+        self.gateway: FleetGateway | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Federation:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def certs(self) -> CertPaths:
+        """The TLS files in use (generated under ``workdir/certificates`` unless given)."""
+        if self._certs is None:
+            self._certs = make_certificates(self.workdir / "certificates")
+        return self._certs
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:<port>`` of the SuperLink (Fleet, Control and Runtime APIs)."""
+        if self.port is None:
+            raise DeploymentError("the federation is not started")
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def fleet_address(self) -> str:
+        """What the SuperNodes dial: the Fleet-only gateway if there is one, else the SuperLink itself."""
+        return f"{LOOPBACK}:{self.gateway.port}" if self.gateway is not None else self.address
+
+    def start(self) -> Federation:
+        """Start the SuperLink, register each site's key, start and await each SuperNode."""
+        if self.superlink is not None:
+            raise DeploymentError(f"federation {self.name!r} is already started")
+        atexit.register(self.stop)
+        try:
+            self._start_superlink()
+            if self.use_gateway:
+                self.gateway = FleetGateway(self.certs, self.port or 0).__enter__()
+            self.write_connection()
+            pins = self.trusted_entities + [None] * (len(self.node_configs) - len(self.trusted_entities))
+            nodes = [self.add_node(config, trusted_entities=pin, wait=False)
+                     for config, pin in zip(self.node_configs, pins)]
+            self.await_nodes(nodes)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> set[int]:
+        """Stop every process this federation started, and their children; return survivors.
+
+        Safe to call more than once. SIGTERM first (a SuperNode then deactivates itself), SIGKILL
+        after ``grace_period`` seconds for whatever is left.
+        """
+        atexit.unregister(self.stop)
+        survivors = stop_processes(self._processes, self.grace_period)
+        if self.gateway is not None:  # after the SuperNodes, which poll it until they stop
+            self.gateway.__exit__(None, None, None)
+            self.gateway = None
+        return survivors
+
+    def all_pids(self) -> set[int]:
+        """Every PID this federation started or saw as a descendant of one it started."""
+        return {pid for proc in self._processes for pid in proc.seen}
+
+    def alive_pids(self) -> set[int]:
+        """The PIDs among ``all_pids()`` that still run (empty after ``stop()``)."""
+        return {pid for proc in self._processes for pid in proc.alive_pids()}
+
+    # -- SuperLink -------------------------------------------------------------------------
+
+    def superlink_argv(self) -> list[str]:
+        """The SuperLink's command line: TLS, SuperNode auth, no runtime dependency installs."""
+        certs = self.certs
+        return [
+            executable("flower-superlink"),
+            "--ssl-ca-certfile", str(require_file(certs.ca_cert, "--ssl-ca-certfile")),
+            "--ssl-certfile", str(require_file(certs.server_cert, "--ssl-certfile")),
+            "--ssl-keyfile", str(require_file(certs.server_key, "--ssl-keyfile")),
+            "--enable-supernode-auth",
+            "--disable-runtime-dependency-installation",
+            "--host", LOOPBACK,
+            "--port", str(self.port),
+        ]  # fmt: skip
+
+    def _start_superlink(self, attempts: int = 3) -> None:
+        """Start the SuperLink and poll its port; pick another port if someone took this one."""
+        for attempt in range(1, attempts + 1):
+            self.port = self._new_port()
+            argv = self.superlink_argv()
+            hub = {"FLWR_SUPERGRID_API_URL": self.hub_url} if self.hub_url else {}
+            self.superlink = self._spawn("superlink", argv, self.superlink_dir, self.flwr_home, extra_env=hub)
+            deadline = time.monotonic() + self.startup_timeout
+            try:
+                while not port_open(self.port):
+                    self._check_alive(self.superlink, deadline, f"listening on {self.address}")
+                    time.sleep(POLL_S)
+                return
+            except DeploymentError:
+                if attempt == attempts or "address already in use" not in read_log(self.superlink.log_path):
+                    raise
+
+    def write_connection(self) -> Path:
+        """Write ``[superlink.<name>]`` (address, root-certificates) into FLWR_HOME/config.toml.
+
+        Other connections already in the file are kept; this one becomes the default.
+        """
+        import tomli_w  # a dependency of flwr 1.42, imported late: only this method needs it
+
+        path = self.flwr_home / "config.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        config = tomllib.loads(path.read_text()) if path.is_file() else {}
+        links = config.setdefault("superlink", {})
+        links["default"] = self.name
+        links[self.name] = {
+            "address": self.address,
+            "root-certificates": str(require_file(self.certs.ca_cert, "root-certificates")),
+        }
+        write_atomically(path, tomli_w.dumps(config).encode())
+        return path
+
+    # -- SuperNodes ------------------------------------------------------------------------
+
+    def register(self, keys: NodeKeys, site_id: int) -> int:
+        """Register a SuperNode's public key with the SuperLink; return the node id it got.
+
+        ``flwr supernode register <key.pub> <connection>`` over the TLS Control API. Only a
+        connection failure is retried (until the startup timeout); a refusal (key already in use,
+        not an EC key on a NIST curve) is raised at once.
+        """
+        public = require_file(keys.public_key, "flwr supernode register PUBLIC_KEY")
+        argv = [executable("flwr"), "supernode", "register", str(public), self.name]
+        argv += ["--name", f"site-{site_id}", "--format", "json"]
+        deadline = time.monotonic() + self.startup_timeout
+        log_path = self.log_dir / f"register-site-{site_id}.log"
+        while True:
+            result = self._cli(argv, log_path, timeout=self.startup_timeout)
+            node_id = _json_field(result.stdout, "node-id")
+            if result.returncode == 0 and node_id is not None:
+                return int(str(node_id))
+            message = str(_json_field(result.stdout, "error-message") or failure_reason(read_log(log_path)))
+            retry = re.search(r"connect|unavailable|timed? ?out", message, re.I)
+            if not retry or time.monotonic() >= deadline:
+                gist = " ".join(message.split())
+                raise DeploymentError(f"registering {public} failed: {gist} (log: {log_path})")
+            time.sleep(0.5)
+
+    def supernode_argv(
+        self, handle_keys: NodeKeys, root: Path, port: int, config: str, trusted_entities: Path | None = None
+    ) -> list[str]:
+        """A SuperNode's command line: TLS root CA, auth private key, node config, Runtime port, and the
+        app signing keys it trusts (``--trusted-entities``: then it refuses any FAB they did not sign; a pin
+        that trusts no key is refused, since Flower would then verify nothing)."""
+        pin = ["--trusted-entities", str(check_trusted_entities(trusted_entities))] if trusted_entities else []
+        return [
+            executable("flower-supernode"),
+            "--superlink", self.fleet_address,
+            "--root-certificates", str(require_file(root, "--root-certificates")),
+            "--auth-supernode-private-key",
+            str(require_file(handle_keys.private_key, "--auth-supernode-private-key")),
+            "--node-config", config,
+            "--host", LOOPBACK,
+            "--port", str(port),
+            *pin,
+        ]  # fmt: skip
+
+    def add_node(
+        self,
+        node_config: Mapping[str, ConfigValue],
+        *,
+        keys: NodeKeys | None = None,
+        root_certificates: Path | None = None,
+        register: bool = True,
+        site_id: int | None = None,
+        trusted_entities: Path | None = None,
+        wait: bool = True,
+    ) -> SuperNodeHandle:
+        """Register (unless ``register=False``) and start one SuperNode; with ``wait``, until it connects.
+
+        Keys default to ``workdir/keys/supernode-<site>`` (created if absent), the CA to the
+        federation's. Add several with ``wait=False``, then ``await_nodes`` them: they connect in
+        parallel. Raises DeploymentError if a SuperNode cannot connect: a CA that did not sign the
+        SuperLink's certificate, a key the SuperLink does not know, or no connection in time.
+        """
+        site = len(self.nodes) if site_id is None else site_id
+        keys = keys or make_node_keys(self.workdir / "keys", site)
+        root = root_certificates or self.certs.ca_cert
+        config = render_config(node_config)
+        argv = self.supernode_argv(keys, root, port := self._new_port(), config, trusted_entities)
+        node_id = self.register(keys, site) if register else None
+        workdir = self.workdir / f"supernode-{site}"
+        process = self._spawn(f"supernode-{site}", argv, workdir, workdir / "flwr-home")
+        handle = SuperNodeHandle(site, keys, dict(node_config), port, root, process, node_id)
+        self.nodes.append(handle)
+        if wait:
+            self.await_nodes([handle])
+        return handle
+
+    def await_nodes(self, nodes: Sequence[SuperNodeHandle]) -> None:
+        """Poll each node's log until it reports its node id; diagnose an early exit or timeout."""
+        deadline = time.monotonic() + self.startup_timeout
+        pending = list(nodes)
+        while pending:
+            for node in list(pending):
+                if _NODE_READY in read_log(node.process.log_path):
+                    pending.remove(node)
+                elif not node.process.alive():
+                    raise self._node_failure(node)
+            if pending and time.monotonic() >= deadline:
+                proc = pending[0].process
+                raise DeploymentError(
+                    f"{proc.name} did not connect to {self.address} within "
+                    f"{self.startup_timeout:.0f} s (log: {proc.log_path})"
+                )
+            time.sleep(POLL_S if pending else 0)
+
+    def _node_failure(self, node: SuperNodeHandle) -> DeploymentError:
+        """Turn a SuperNode's early exit into a one-line error naming the cause and the log."""
+        text = read_log(node.process.log_path)
+        where = f"(log: {node.process.log_path})"
+        if re.search(r"certificate verify failed|CERTIFICATE_VERIFY_FAILED", text, re.I):
+            return DeploymentError(
+                f"{node.process.name}: --root-certificates {node.root_certificates} did not "
+                f"verify the SuperLink's TLS certificate (wrong CA?) {where}"
+            )
+        if re.search(r"\[code: 2004\]|Failed to activate SuperNode", text):
+            return DeploymentError(
+                f"{node.process.name}: refused by the SuperLink: public key "
+                f"{node.keys.public_key} is not registered (flwr supernode register) {where}"
+            )
+        return DeploymentError(f"{node.process.name} exited before connecting: {failure_reason(text)} {where}")
+
+    def registered_nodes(self) -> list[dict[str, object]]:
+        """The SuperLink's node list (``flwr supernode list <connection> --format json``)."""
+        argv = [executable("flwr"), "supernode", "list", self.name, "--format", "json"]
+        result = self._cli(argv, self.log_dir / "supernode-list.log", timeout=60)
+        try:
+            payload = json.loads(_json_text(result.stdout))
+        except ValueError as err:
+            raise DeploymentError(f"flwr supernode list: unreadable output: {err}") from err
+        nodes = payload.get("nodes", []) if isinstance(payload, dict) else payload
+        return list(nodes)
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def run(
+        self,
+        app_dir: Path | str,
+        run_config: Mapping[str, ConfigValue] | None = None,
+        timeout: float = 600.0,
+    ) -> RunOutcome:
+        """Submit ``app_dir`` with ``flwr run <app_dir> <name> --stream`` and wait for its end.
+
+        ``app_dir`` may instead be a Hub app spec ``@publisher/name==x.y.z`` (a string): the SuperLink then
+        fetches the FAB and its signatures from ``hub_url`` (cli/deployment/app_hub.py).
+
+        Success needs more than exit code 0: Flower's CLI returns 0 when the ServerApp failed, so
+        the output is scanned for ``Exit Code: <n>`` and the run's recorded status is read back.
+        On timeout the CLI is killed and the run stopped on the SuperLink (``flwr stop``).
+        """
+        if isinstance(app_dir, str) and app_dir.startswith("@"):
+            app = app_dir
+        else:
+            app = str(require_file(Path(app_dir) / "pyproject.toml", "flwr run APP").parent)
+        argv = [executable("flwr"), "run", app, self.name, "--stream"]
+        if run_config:
+            argv += ["--run-config", render_config(run_config)]
+        self._runs += 1
+        log_path = self.log_dir / f"flwr-run-{self._runs}.log"
+        start = time.monotonic()
+        proc = self._spawn(f"flwr-run-{self._runs}", argv, self.workdir, self.flwr_home, log_path)
+        timed_out = wait_exit(proc, timeout)
+        if timed_out:
+            stop_processes([proc], self.grace_period)
+        output = read_log(log_path)
+        run_id = _first_int(_RUN_ID, output)
+        if timed_out and run_id is not None:
+            stop_argv = [executable("flwr"), "stop", str(run_id), self.name]
+            self._cli(stop_argv, self.log_dir / f"flwr-stop-{run_id}.log", timeout=60)
+        code = proc.popen.returncode
+        return RunOutcome(
+            returncode=code if code is not None else -signal.SIGKILL,
+            output=output,
+            duration_s=time.monotonic() - start,
+            log_path=log_path,
+            run_id=run_id,
+            server_exit_code=_first_int(_EXIT_CODE, output),
+            status=self.run_status(run_id) if run_id is not None else None,
+            timed_out=timed_out,
+        )
+
+    def run_status(self, run_id: int) -> str | None:
+        """The run's status as the SuperLink records it (e.g. ``finished:completed``)."""
+        argv = [executable("flwr"), "list", self.name, "--run-id", str(run_id), "--format", "json"]
+        result = self._cli(argv, self.log_dir / f"flwr-list-{run_id}.log", timeout=60)
+        try:
+            payload = json.loads(_json_text(result.stdout))
+            runs = payload.get("runs", [])
+            return str(runs[0]["status"]) if runs else None
+        except (ValueError, KeyError, IndexError, AttributeError):
+            return None
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _new_port(self) -> int:
+        port = free_port(self._ports)
+        self._ports.add(port)
+        return port
+
+    def _spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        cwd: Path,
+        flwr_home: Path,
+        log_path: Path | None = None,
+        stdout_path: Path | None = None,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> ManagedProcess:
+        """Start a process with this federation's environment and record it for ``stop()``."""
+        log_path = log_path or self.log_dir / f"{name}.log"
+        env = {TASK_POLL_ENV: str(TASK_POLL_S)} | base_env(flwr_home) | dict(extra_env or {})
+        proc = start_process(name, argv, log_path, cwd, env, stdout_path)
+        self._processes.append(proc)
+        return proc
+
+    def _cli(self, argv: Sequence[str], log_path: Path, timeout: float) -> _CliResult:
+        """Run a short ``flwr`` command as a managed process; return its exit code and stdout.
+
+        stderr goes to ``log_path``, stdout (JSON with ``--format json``) to ``<log_path>.out``.
+        """
+        out_path = log_path.with_suffix(".out")
+        proc = self._spawn(f"flwr-{argv[1]}", argv, self.workdir, self.flwr_home, log_path, out_path)
+        if wait_exit(proc, timeout):
+            stop_processes([proc], self.grace_period)
+        code = proc.popen.returncode
+        return _CliResult(code if code is not None else -signal.SIGKILL, read_log(out_path))
+
+    def _check_alive(self, proc: ManagedProcess, deadline: float, waiting_for: str) -> None:
+        if not proc.alive():
+            reason = failure_reason(read_log(proc.log_path))
+            raise DeploymentError(f"{proc.name} exited: {reason} (log: {proc.log_path})")
+        if time.monotonic() >= deadline:
+            raise DeploymentError(
+                f"{proc.name} not {waiting_for} within {self.startup_timeout:.0f} s (log: {proc.log_path})"
+            )
+
+
+@dataclass(frozen=True)
+class _CliResult:
+    returncode: int
+    stdout: str
+
+
+def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
+    match = pattern.search(text)
+    return int(match.group(1)) if match else None
+
+
+def _json_text(stdout: str) -> str:
+    """The JSON object in a CLI's stdout (Flower may print other lines before it)."""
+    start = stdout.find("{")
+    return stdout[start:] if start >= 0 else stdout
+
+
+def _json_field(stdout: str, key: str) -> object | None:
+    try:
+        payload = json.loads(_json_text(stdout))
+    except ValueError:
+        return None
+    return payload.get(key) if isinstance(payload, dict) else None
