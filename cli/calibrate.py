@@ -11,7 +11,9 @@ import json
 import math
 import sys
 
-from privacy.accounting.analysis import DEFAULT_MAX_ORDER, S_Y_FOR_LEARNING_RATE, attenuation, calibrate_r
+from privacy.accounting.analysis import calibrate_r
+from privacy.accounting.rdp import DEFAULT_MAX_ORDER
+from privacy.attenuation import S_Y_FOR_LEARNING_RATE, attenuation
 from privacy.registry import covers
 
 PROG = "dirichlet-fl calibrate"

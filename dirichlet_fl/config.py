@@ -18,8 +18,9 @@ from typing import Any, cast
 from dirichlet_fl.data.partition import PARTITIONERS
 from dirichlet_fl.models.norms import MODELS, check_norm
 from dirichlet_fl.models.recipes import recipe
-from privacy.accounting.analysis import PAPER_DELTA, S_Y_FOR_LEARNING_RATE
+from privacy.accounting.analysis import PAPER_DELTA
 from privacy.accounting.client_level import AdaptiveClipping, update_noise_multiplier
+from privacy.attenuation import S_Y_FOR_LEARNING_RATE
 from privacy.checks import check_choice, check_in_interval, check_in_open_interval, check_integer, check_positive
 from privacy.mechanisms import LOSS_WEIGHTINGS
 from privacy.registry import MECHANISMS, mechanism_class

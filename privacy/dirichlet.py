@@ -1,4 +1,4 @@
-"""The Dirichlet-perturbed loss of Algorithm 1 (its moments, Theorem 11, are in privacy.accounting.analysis).
+"""The Dirichlet-perturbed loss of Algorithm 1 (its moments, Theorem 11, are in privacy.attenuation).
 
 For logits z and public label y, Algorithm 1 draws p ~ Dir(r s(z) + alpha 1) with s = softmax and
 trains on L = -log p[y], with pathwise gradients through the concentration. The Gamma draws are made in

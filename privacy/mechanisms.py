@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from privacy.accounting.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
-from privacy.accounting.analysis import calibrate_r, private_learning_rate
+from privacy.accounting.analysis import calibrate_r
+from privacy.attenuation import private_learning_rate
 
 if TYPE_CHECKING:  # torch is imported where a mechanism trains, so that the registry stays cheap to import
     import torch

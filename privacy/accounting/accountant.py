@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from privacy.accounting.analysis import DEFAULT_MAX_ORDER, PrivacyCurve, rdp_to_epsilon, subsampled_rdp
+from privacy.accounting.rdp import DEFAULT_MAX_ORDER, PrivacyCurve, rdp_to_epsilon, subsampled_rdp
 from privacy.checks import check_in_open_interval, check_integer, check_positive
 
 NEIGHBOURING_RELATION = "add-or-remove-one"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from privacy.accounting.analysis import DEFAULT_MAX_ORDER, PrivacyCurve, rdp_to_epsilon
+from privacy.accounting.rdp import DEFAULT_MAX_ORDER, PrivacyCurve, rdp_to_epsilon
 from privacy.checks import check_in_open_interval, check_positive
 from privacy.mechanisms import Mechanism, MechanismSpec
 from privacy.registry import build_mechanism, restore_mechanism

@@ -27,7 +27,7 @@ from dirichlet_fl.data.image_data import ImageData
 from dirichlet_fl.data.loaders import load_dataset
 from dirichlet_fl.metrics import evaluate
 from dirichlet_fl.models.networks import build_model
-from privacy.accounting.analysis import S_Y_FOR_LEARNING_RATE
+from privacy.attenuation import S_Y_FOR_LEARNING_RATE
 from privacy.audit.attacks import per_example_losses
 from privacy.mechanisms import LossWeighting, MechanismSpec
 from privacy.registry import build_mechanism

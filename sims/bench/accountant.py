@@ -32,15 +32,9 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp, polygamma
 
-from privacy.accounting import analysis
-from privacy.accounting.analysis import (
-    DEFAULT_MAX_ORDER,
-    PAPER_DELTA,
-    Calibration,
-    UnreachableEpsilonError,
-    calibrate_r,
-    epsilon_floor,
-)
+from privacy.accounting import rdp
+from privacy.accounting.analysis import PAPER_DELTA, Calibration, UnreachableEpsilonError, calibrate_r, epsilon_floor
+from privacy.accounting.rdp import DEFAULT_MAX_ORDER
 
 PAPER_SETTINGS = {
     "cifar10": (0.005, 20_000),
@@ -172,7 +166,7 @@ def _timed(action: Callable[[], object]) -> tuple[float, float, object]:
 
 def clear_caches() -> None:
     """Forget everything calibrate_r memoises (tables of log-binomials, tails, log-factorials): a first solve."""
-    analysis._clear_memoised()
+    rdp.clear_memoised()
 
 
 def time_setting(setting: Setting, repeats: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 
 from cli import audit_experiment
 from dirichlet_fl.config import DIRICHLET_WEIGHTINGS, RunConfig
-from privacy.accounting.analysis import attenuation
+from privacy.attenuation import attenuation
 from privacy.audit.one_run import OneRunCounts
 from privacy.audit.statistics import AttackCounts, epsilon_from_counts
 from privacy.mechanisms import LossWeighting

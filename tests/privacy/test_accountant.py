@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from privacy.accounting.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
-from privacy.accounting.analysis import PrivacyCurve, calibrate_r, epsilon, rdp_to_epsilon, subsampled_rdp
+from privacy.accounting.analysis import calibrate_r, epsilon
+from privacy.accounting.rdp import PrivacyCurve, rdp_to_epsilon, subsampled_rdp
 from tests.privacy.reference import theorem10_epsilon
 
 DELTA = 1e-5

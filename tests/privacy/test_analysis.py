@@ -9,16 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
-from privacy.accounting.analysis import (
-    PrivacyCurve,
-    UnreachableEpsilonError,
-    binomial_tail_above_two,
-    calibrate_r,
-    epsilon,
-    epsilon_floor,
-    rdp_to_epsilon,
-    subsampled_rdp,
-)
+from privacy.accounting.analysis import UnreachableEpsilonError, calibrate_r, epsilon, epsilon_floor
+from privacy.accounting.rdp import PrivacyCurve, binomial_tail_above_two, rdp_to_epsilon, subsampled_rdp
 from tests.privacy.reference import theorem10_epsilon
 
 DELTA = 1e-5

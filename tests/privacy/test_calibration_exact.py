@@ -12,14 +12,9 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from privacy.accounting import analysis
-from privacy.accounting.analysis import (
-    UnreachableEpsilonError,
-    calibrate_r,
-    epsilon,
-    rdp_to_epsilon,
-    subsampled_rdp,
-)
+from privacy.accounting import analysis, rdp
+from privacy.accounting.analysis import UnreachableEpsilonError, calibrate_r, epsilon
+from privacy.accounting.rdp import rdp_to_epsilon, subsampled_rdp
 from sims.bench.accountant import GROUPS, grid
 from tests.privacy import frozen_calibration as frozen
 
@@ -78,7 +73,7 @@ CURVES = [  # (alpha, q, T, delta, r): small r (orders in the thousands) to r ne
 @pytest.mark.parametrize("alpha, q, steps, delta, r", CURVES)
 def test_the_pruned_minimum_is_the_whole_curves_and_the_frozen_solvers(alpha, q, steps, delta, r) -> None:
     whole = subsampled_rdp(r, alpha, q)
-    expected = rdp_to_epsilon(analysis.PrivacyCurve(whole.orders, steps * whole.rdp), delta)
+    expected = rdp_to_epsilon(rdp.PrivacyCurve(whole.orders, steps * whole.rdp), delta)
     assert epsilon(r, alpha, q, steps, delta) == expected
     if whole.orders[-1] <= 2048:  # above, the frozen solver builds a 4096 x 4096 table (seconds): the r* tests
         assert (expected.epsilon, expected.order) == frozen.epsilon(r, alpha, q, steps, delta)
@@ -88,16 +83,16 @@ def test_the_pruned_minimum_is_the_whole_curves_and_the_frozen_solvers(alpha, q,
 def test_each_orders_lower_bound_is_below_its_eps(alpha, q, steps, delta, r) -> None:
     """The bound that lets an evaluation skip orders (_Evaluator) holds at every order, and it is tight
     enough to skip most of them when orders are many."""
-    evaluator = analysis._Evaluator(alpha, q, steps, delta, analysis.DEFAULT_MAX_ORDER)
-    top = analysis.max_admissible_order(r, alpha)
-    x = analysis._exponents(r, alpha, top)
-    bounds = evaluator._lower_bounds(r, top, x, analysis._log_excess_weights(r, alpha, top, x))
+    evaluator = analysis._Evaluator(alpha, q, steps, delta, rdp.DEFAULT_MAX_ORDER)
+    top = rdp.max_admissible_order(r, alpha)
+    x = rdp.exponents(r, alpha, top)
+    bounds = evaluator._lower_bounds(r, top, x, rdp.log_excess_weights(r, alpha, top, x))
     whole = subsampled_rdp(r, alpha, q)
-    exact = analysis._epsilons(whole.orders, steps * whole.rdp, delta)
+    exact = rdp.epsilons(whole.orders, steps * whole.rdp, delta)
     assert np.all(bounds <= exact + 1e-12 * np.abs(exact))
-    floors = analysis._floor_epsilons(q, steps, delta, analysis.DEFAULT_MAX_ORDER)[: top - 1]
+    floors = rdp.floor_epsilons(q, steps, delta, rdp.DEFAULT_MAX_ORDER)[: top - 1]
     assert np.all(bounds >= floors - 1e-12 * np.abs(floors))  # never weaker than the floor alone
-    if top > analysis._SMALL_TOP:
+    if top > rdp.SMALL_TOP:
         orders, _ = evaluator._search(r, None)
         assert orders.size < top / 10
 
@@ -106,7 +101,7 @@ def test_each_orders_lower_bound_is_below_its_eps(alpha, q, steps, delta, r) -> 
 def test_reaches_agrees_with_the_value(alpha, q, steps, delta, r) -> None:
     value = epsilon(r, alpha, q, steps, delta).epsilon
     for target in (value * (1 - 1e-9), value, value * (1 + 1e-9)):
-        evaluator = analysis._Evaluator(alpha, q, steps, delta, analysis.DEFAULT_MAX_ORDER)
+        evaluator = analysis._Evaluator(alpha, q, steps, delta, rdp.DEFAULT_MAX_ORDER)
         assert evaluator.reaches(r, target) == (value <= target)
 
 
@@ -118,12 +113,12 @@ def test_rows_logsumexp_is_scipys_to_the_bit() -> None:
     a[4, :5] = np.inf
     a[5, 7] = np.nan
     a[6, :] = a[6, 0]
-    np.testing.assert_array_equal(analysis._logsumexp_rows(a), logsumexp(a, axis=1))
+    np.testing.assert_array_equal(rdp.logsumexp_rows(a), logsumexp(a, axis=1))
 
 
 def test_the_trigamma_is_polygammas() -> None:
     from scipy.special import polygamma
 
     x = np.geomspace(1e-12, 1e3, 5000)
-    np.testing.assert_array_equal(analysis._trigamma(x), polygamma(1, x))
-    assert math.isinf(float(analysis._trigamma(0.0)))
+    np.testing.assert_array_equal(rdp.trigamma(x), polygamma(1, x))
+    assert math.isinf(float(rdp.trigamma(0.0)))

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from privacy.accounting.analysis import attenuation
+from privacy.attenuation import attenuation
 from privacy.csprng import SecureRandom, secure_standard_gamma
 from privacy.dirichlet import dirichlet_nll_loss
 from privacy.dpsgd import DPSGDMechanism

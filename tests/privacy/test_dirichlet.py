@@ -8,7 +8,7 @@ import mpmath
 import pytest
 import torch
 
-from privacy.accounting.analysis import attenuation, private_learning_rate
+from privacy.attenuation import attenuation, private_learning_rate
 from privacy.dirichlet import ConfidenceNormalization, dirichlet_nll_loss
 from tests.privacy.reference import expected_loss, loss_variance
 

@@ -12,7 +12,6 @@ import pytest
 
 import privacy.accounting.lifetime
 from privacy.accounting.accountant import AccountantConfig, DirichletAccountant, DirichletEvent
-from privacy.accounting.analysis import PrivacyCurve, rdp_to_epsilon, subsampled_rdp
 from privacy.accounting.lifetime import (
     USEFUL_FRACTION,
     LifetimeBudgetSpent,
@@ -20,6 +19,7 @@ from privacy.accounting.lifetime import (
     composed_epsilon,
     lifetime_epsilon,
 )
+from privacy.accounting.rdp import PrivacyCurve, rdp_to_epsilon, subsampled_rdp
 from privacy.dpsgd import DPSGDMechanism
 from privacy.mechanisms import DirichletMechanism, Mechanism, MechanismSpec, NoPrivacy
 from privacy.registry import MECHANISMS, build_mechanism, restore_mechanism
