@@ -19,22 +19,19 @@ import math
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cli.deployment.pilot_sites import Site, lifetime_ledger_of, per_site, site_pin
+
 if TYPE_CHECKING:  # Flower, torch and the app are imported when the command runs, not when it registers
-    from cli.deployment.app_signing import ReviewerKey
-    from cli.deployment.federation import RunOutcome
-    from cli.deployment.pilot_report import SiteOutcome
-    from client.site import LifetimeLedger
+    from cli.deployment.flwr_output import RunOutcome
     from dirichlet_fl.config import RunConfig
 
 PROG = "dirichlet-fl pilot"
 LIFETIME_FACTOR = 3.0
 """Default lifetime budget of a site: this many times the run's target eps."""
 LOCK_FILE = "pilot.lock"
-TRUSTED_ENTITIES = "trusted-entities.yaml"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -89,31 +86,9 @@ def _workdir_path(text: str) -> Path:
     return Path(text)
 
 
-@dataclass(frozen=True)
-class Site:
-    """One site's node config and the folders it keeps between runs."""
-
-    site_id: int
-    node_config: dict[str, Any]
-
-
 def _fail(message: str) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr)
     return 2
-
-
-def per_site(flag: str, text: str, sites: int) -> list[float]:
-    """One positive number per site from 'x' (every site) or 'x0,x1,...' (one each); ValueError naming the flag."""
-    try:
-        values = [float(item) for item in text.split(",")]
-    except ValueError:
-        raise ValueError(f"{flag}={text!r} is invalid: give a number or one number per site, comma-separated") from None
-    if len(values) not in (1, sites):
-        raise ValueError(f"{flag}={text!r} gives {len(values)} values for --sites={sites}: give one, or one per site")
-    for value in values:
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{flag}={text!r} is out of range: every value must be a finite number > 0")
-    return values * sites if len(values) == 1 else values
 
 
 def _check_args(args: argparse.Namespace, app_dir: Path) -> str | None:
@@ -255,14 +230,6 @@ def sites_for(args: argparse.Namespace) -> list[Site]:
     return sites
 
 
-def lifetime_ledger_of(site: Site, config: RunConfig) -> LifetimeLedger:
-    """The site's lifetime ledger for its data, opened exactly as its ClientApp opens it: a corrupt file,
-    a file of another data set, or a lifetime budget below what was spent raises ValueError naming it."""
-    from client.site import SitePolicy, open_lifetime_ledger
-
-    return open_lifetime_ledger(SitePolicy.from_node_config(site.node_config), config)
-
-
 def _check_lifetime_ledgers(sites: list[Site], config: RunConfig) -> str | None:
     """Every site's ledger problem is an input error, found before anything starts."""
     for site in sites:
@@ -331,84 +298,6 @@ def _next_run_name(workdir: Path) -> str:
     while f"pilot-{index}" in taken:
         index += 1
     return f"pilot-{index}"
-
-
-def lifetime_position(site: Site, config: RunConfig) -> dict[str, Any]:
-    """A site's lifetime spending after the call, read from its ledger as its ClientApp reads it."""
-    from dirichlet_fl.protocol import NOISE_SECURE
-
-    lifetime = lifetime_ledger_of(site, config)
-    spent = lifetime.spent()
-    return {
-        "target_epsilon": site.node_config["target-epsilon"],
-        "lifetime_epsilon": site.node_config["lifetime-epsilon"],
-        "lifetime_epsilon_spent": spent if math.isfinite(spent) else None,
-        "lifetime_delta": lifetime.delta,
-        "runs_in_ledger": len(lifetime.runs),
-        "ledger_file": str(lifetime.store.path) if lifetime.store.path.is_file() else None,
-        "noise": NOISE_SECURE,  # a site's privacy draws: its OS's CSPRNG (client/site.py), the rest keyed by its secret
-    }
-
-
-def report(
-    call: dict[str, Any], run_dir: Path, sites: list[Site], config: RunConfig, outcomes: dict[int, SiteOutcome]
-) -> dict[str, Any]:
-    """The object --json prints: this call's verdict (`call`), the run folder's summary, and each site's
-    status and reason in this call with its lifetime position."""
-    from cli.deployment.pilot_report import read_summary
-
-    summary = read_summary(run_dir)
-    entries = [
-        {"id": site.site_id, **lifetime_position(site, config), "status": outcomes[site.site_id].status,
-         "reason": outcomes[site.site_id].reason}
-        for site in sites
-    ]  # fmt: skip
-    return {
-        "tls": True,
-        "authenticated": True,
-        "app_signed": True,
-        "fleet_only_gateway": True,
-        **call,
-        "run_dir": str(run_dir),
-        "rounds": summary.get("rounds"),
-        "final_accuracy": summary.get("final_accuracy"),
-        "noise": summary.get("noise"),
-        "sites": entries,
-    }
-
-
-def round_seconds(run_dir: Path) -> list[float]:
-    """Each round's wall time from a run folder's rounds.csv (its `seconds` column is cumulative)."""
-    import csv
-
-    with open(run_dir / "rounds.csv", newline="") as handle:
-        cumulative = [float(row["seconds"]) for row in csv.DictReader(handle)]
-    return [later - earlier for earlier, later in zip([0.0, *cumulative], cumulative)]
-
-
-def compare_with_simulation(overrides: dict[str, Any], sites: int, run_dir: Path) -> dict[str, Any]:
-    """The same run config on Flower's simulation engine (one CPU per client, as Ray gives it), right
-    after the deployment run: median round times (the first round excluded: it pays start-up on both
-    engines), their ratio, and both final accuracies. Only meaningful for partition sites."""
-    import statistics
-
-    from dirichlet_fl.simulation import simulate
-
-    simulated = run_dir.with_name(f"{run_dir.name}-simulation")
-    simulate(overrides | {"run-name": simulated.name}, num_supernodes=sites)
-    steady = {name: round_seconds(folder)[1:] or round_seconds(folder) for name, folder in
-              (("deployment", run_dir), ("simulation", simulated))}  # fmt: skip
-    medians = {name: statistics.median(times) for name, times in steady.items()}
-    accuracy = {
-        name: json.loads((folder / "summary.json").read_text())["final_accuracy"]
-        for name, folder in (("deployment", run_dir), ("simulation", simulated))
-    }
-    return {
-        "median_round_seconds": medians,
-        "round_time_ratio": medians["deployment"] / medians["simulation"],
-        "final_accuracy": accuracy,
-        "simulation_run_dir": str(simulated),
-    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -495,16 +384,6 @@ def _deploy_and_run(
             return fed.run(spec, overrides, timeout=args.timeout)
 
 
-def site_pin(workdir: Path, site_id: int, key: ReviewerKey) -> Path:
-    """The site's --trusted-entities file, sites/site-<i>/trusted-entities.yaml: created with the pilot's
-    reviewer key if absent, and otherwise left as the site wrote it (the site's pin wins: a key it does not
-    trust makes it refuse the app; a pin that trusts no key, `{}`, is refused before anything starts)."""
-    from cli.deployment.app_signing import check_trusted_entities, write_trusted_entities
-
-    path = workdir / "sites" / f"site-{site_id}" / TRUSTED_ENTITIES
-    return check_trusted_entities(path) if path.is_file() else write_trusted_entities(path, [key])
-
-
 def _unknown_status(outcome: RunOutcome) -> str:
     """The call's Flower status when the SuperLink gave none back: timed out, or unknown (never "failed" with an
     exit 0 beside it: the call then exits 1, and says why)."""
@@ -526,8 +405,10 @@ def _finish(
     from cli.deployment.pilot_report import (
         EXIT_NO_SITE_TRAINED,
         app_refusals,
+        compare_with_simulation,
         exit_status,
         print_report,
+        report,
         run_ok,
         server_verdict,
         site_outcomes,

@@ -27,7 +27,7 @@ from dirichlet_fl.device import resolve_device
 from dirichlet_fl.metrics import evaluate, evaluate_model, true_class_confidence
 from dirichlet_fl.models.run_model import initial_model
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
-from strategies.private import seeded_sample
+from strategies.sampling import seeded_sample
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,6 @@ The wrapper decides everything else, the same under every strategy:
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -65,7 +64,7 @@ from flwr.common.logger import FLOWER_LOGGER, log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from dirichlet_fl.config import RunConfig, clients_per_round
+from dirichlet_fl.config import RunConfig
 from dirichlet_fl.protocol import (
     CLIENT_ID_KEY,
     CODE_KEY,
@@ -80,29 +79,12 @@ from strategies.federated_evaluation import federated_metrics
 from strategies.flower_strategies import flower_strategy, load_strategy_state, strategy_state
 from strategies.message_exchange import send_and_receive
 from strategies.replies import NODE_UNAVAILABLE, attribute_replies, exchange
-from strategies.wrapped import ARRAYS, CLIENT_LEVEL_PREFIX, CONFIG, OfferedClients, in_dtypes_of
+from strategies.sampling import seeded_sample
+from strategies.wrapped import ARRAYS, CLIENT_LEVEL_PREFIX, CONFIG, OFFERED_SAMPLE_LOG, OfferedClients, in_dtypes_of
 
 JOIN_PATIENCE_S = 60.0
 """discover() waits this long after the last node joined for the partitions still missing, then goes on
 without them: a site that has left does not hold up the next run (the simulation lists every node at once)."""
-
-
-class _OfferedSampleLog(logging.Filter):
-    """Drops a wrapped Flower strategy's "configure_train: Sampled k nodes (out of k)" line: it samples from
-    the clients offered, so its count would pass this round's sample off as the whole population."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(("configure_train: Sampled", "configure_evaluate: Sampled"))
-
-
-_OFFERED_SAMPLE_LOG = _OfferedSampleLog()
-
-
-def seeded_sample(key: tuple[int, str, int], ordered: list[int], population: int, fraction: float) -> list[int]:
-    """max(1, int(population * fraction)) of `ordered` (at most all), fixed by key = (seed, purpose, round)."""
-    seed, purpose, server_round = key
-    size = clients_per_round(population, fraction, len(ordered))
-    return random.Random(f"{seed}/{purpose}/{server_round}").sample(ordered, size)
 
 
 @dataclass(frozen=True)
@@ -283,11 +265,11 @@ class PrivateStrategy(Strategy):
         untouched. A strategy that leaves an offered client out breaks the seeded sample: refused."""
         config["server-round"] = server_round
         state = random.getstate()
-        FLOWER_LOGGER.addFilter(_OFFERED_SAMPLE_LOG)
+        FLOWER_LOGGER.addFilter(OFFERED_SAMPLE_LOG)
         try:
             offered = list(configure(server_round, arrays, config, OfferedClients(clients, eligible)))
         finally:
-            FLOWER_LOGGER.removeFilter(_OFFERED_SAMPLE_LOG)
+            FLOWER_LOGGER.removeFilter(OFFERED_SAMPLE_LOG)
             random.setstate(state)
         contents = {message.metadata.dst_node_id: message.content for message in offered}
         if sorted(contents) != sorted(clients):

@@ -9,6 +9,7 @@ SecAgg+ transport (strategies/secagg_plus.py) speak the same terms.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import numpy as np
@@ -86,3 +87,14 @@ def _narrows(to: str, of: str) -> bool:
     target, source = np.dtype(to), np.dtype(of)
     floats = np.issubdtype(target, np.floating) and np.issubdtype(source, np.floating)
     return floats and target.itemsize < source.itemsize
+
+
+class OfferedSampleLog(logging.Filter):
+    """Drops a wrapped Flower strategy's "configure_train: Sampled k nodes (out of k)" line: it samples from
+    the clients offered, so its count would pass this round's sample off as the whole population."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("configure_train: Sampled", "configure_evaluate: Sampled"))
+
+
+OFFERED_SAMPLE_LOG = OfferedSampleLog()

@@ -124,3 +124,29 @@ def test_the_comparison_rule_catches_a_name_comparison(tmp_path: Path) -> None:
     assert len(mechanism_name_comparisons(source, {"none", "dirichlet"})) == 2
     source.write_text('def f(config):\n    return config.secagg.mode == "none" or config.partitioner == "dirichlet"\n')
     assert mechanism_name_comparisons(source, {"none", "dirichlet"}) == []
+
+
+MAX_MODULES = 13
+"""Modules (__init__.py included) in one package directory: more means the package holds several concerns."""
+MAX_LINES = 500
+"""Lines of one library module: a longer one holds more than one concept (issue 30)."""
+
+
+def test_no_package_holds_more_than_thirteen_modules() -> None:
+    crowded = {
+        str(folder.relative_to(ROOT)): count
+        for package in PACKAGES
+        for folder in [ROOT / package, *(ROOT / package).rglob("*/")]
+        if folder.is_dir() and (count := len(list(folder.glob("*.py")))) > MAX_MODULES
+    }
+    assert not crowded, crowded
+
+
+def test_no_library_module_is_longer_than_five_hundred_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, long

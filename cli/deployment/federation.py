@@ -30,6 +30,7 @@ from types import TracebackType
 from cli.deployment.app_signing import check_trusted_entities
 from cli.deployment.certificates import CertPaths, NodeKeys, make_certificates, make_node_keys
 from cli.deployment.fleet_gateway import FleetGateway
+from cli.deployment.flwr_output import EXIT_CODE, RUN_ID, CliResult, RunOutcome, first_int, json_field, json_text
 from cli.deployment.processes import (
     LOOPBACK,
     POLL_S,
@@ -49,36 +50,11 @@ from cli.deployment.staging import ConfigValue, render_config
 from dirichlet_fl.files import write_atomically
 
 _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-_EXIT_CODE = re.compile(r"Exit Code: (\d+)")
-_RUN_ID = re.compile(r"Successfully (?:started|submitted) run (\d+)", re.IGNORECASE)
 _NODE_READY = "SuperNode ID:"
 TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 TASK_POLL_S = 0.2
 """Seconds between a SuperExec's task polls: a message waits at most this long for its ClientApp process
 (Flower's default 1 s), for about 5 small loopback requests a second per SuperExec."""
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """What one ``flwr run`` did: its exit code, its output, and the ServerApp's verdict."""
-
-    returncode: int
-    output: str
-    duration_s: float
-    log_path: Path
-    run_id: int | None = None
-    server_exit_code: int | None = None
-    status: str | None = None
-    timed_out: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """True only if the CLI, the ServerApp and the run's recorded status all report success.
-
-        ``flwr run`` returns 0 even when the ServerApp raised, so its exit code alone is not enough.
-        """
-        status_ok = self.status is None or "completed" in self.status
-        return self.returncode == 0 and self.server_exit_code is None and not self.timed_out and status_ok
 
 
 @dataclass
@@ -291,10 +267,10 @@ class Federation:
         log_path = self.log_dir / f"register-site-{site_id}.log"
         while True:
             result = self._cli(argv, log_path, timeout=self.startup_timeout)
-            node_id = _json_field(result.stdout, "node-id")
+            node_id = json_field(result.stdout, "node-id")
             if result.returncode == 0 and node_id is not None:
                 return int(str(node_id))
-            message = str(_json_field(result.stdout, "error-message") or failure_reason(read_log(log_path)))
+            message = str(json_field(result.stdout, "error-message") or failure_reason(read_log(log_path)))
             retry = re.search(r"connect|unavailable|timed? ?out", message, re.I)
             if not retry or time.monotonic() >= deadline:
                 gist = " ".join(message.split())
@@ -391,7 +367,7 @@ class Federation:
         argv = [executable("flwr"), "supernode", "list", self.name, "--format", "json"]
         result = self._cli(argv, self.log_dir / "supernode-list.log", timeout=60)
         try:
-            payload = json.loads(_json_text(result.stdout))
+            payload = json.loads(json_text(result.stdout))
         except ValueError as err:
             raise DeploymentError(f"flwr supernode list: unreadable output: {err}") from err
         nodes = payload.get("nodes", []) if isinstance(payload, dict) else payload
@@ -429,7 +405,7 @@ class Federation:
         if timed_out:
             stop_processes([proc], self.grace_period)
         output = read_log(log_path)
-        run_id = _first_int(_RUN_ID, output)
+        run_id = first_int(RUN_ID, output)
         if timed_out and run_id is not None:
             stop_argv = [executable("flwr"), "stop", str(run_id), self.name]
             self._cli(stop_argv, self.log_dir / f"flwr-stop-{run_id}.log", timeout=60)
@@ -440,7 +416,7 @@ class Federation:
             duration_s=time.monotonic() - start,
             log_path=log_path,
             run_id=run_id,
-            server_exit_code=_first_int(_EXIT_CODE, output),
+            server_exit_code=first_int(EXIT_CODE, output),
             status=self.run_status(run_id) if run_id is not None else None,
             timed_out=timed_out,
         )
@@ -450,7 +426,7 @@ class Federation:
         argv = [executable("flwr"), "list", self.name, "--run-id", str(run_id), "--format", "json"]
         result = self._cli(argv, self.log_dir / f"flwr-list-{run_id}.log", timeout=60)
         try:
-            payload = json.loads(_json_text(result.stdout))
+            payload = json.loads(json_text(result.stdout))
             runs = payload.get("runs", [])
             return str(runs[0]["status"]) if runs else None
         except (ValueError, KeyError, IndexError, AttributeError):
@@ -480,7 +456,7 @@ class Federation:
         self._processes.append(proc)
         return proc
 
-    def _cli(self, argv: Sequence[str], log_path: Path, timeout: float) -> _CliResult:
+    def _cli(self, argv: Sequence[str], log_path: Path, timeout: float) -> CliResult:
         """Run a short ``flwr`` command as a managed process; return its exit code and stdout.
 
         stderr goes to ``log_path``, stdout (JSON with ``--format json``) to ``<log_path>.out``.
@@ -490,7 +466,7 @@ class Federation:
         if wait_exit(proc, timeout):
             stop_processes([proc], self.grace_period)
         code = proc.popen.returncode
-        return _CliResult(code if code is not None else -signal.SIGKILL, read_log(out_path))
+        return CliResult(code if code is not None else -signal.SIGKILL, read_log(out_path))
 
     def _check_alive(self, proc: ManagedProcess, deadline: float, waiting_for: str) -> None:
         if not proc.alive():
@@ -502,26 +478,3 @@ class Federation:
             )
 
 
-@dataclass(frozen=True)
-class _CliResult:
-    returncode: int
-    stdout: str
-
-
-def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
-    match = pattern.search(text)
-    return int(match.group(1)) if match else None
-
-
-def _json_text(stdout: str) -> str:
-    """The JSON object in a CLI's stdout (Flower may print other lines before it)."""
-    start = stdout.find("{")
-    return stdout[start:] if start >= 0 else stdout
-
-
-def _json_field(stdout: str, key: str) -> object | None:
-    try:
-        payload = json.loads(_json_text(stdout))
-    except ValueError:
-        return None
-    return payload.get(key) if isinstance(payload, dict) else None

@@ -14,7 +14,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from cli.deployment.pilot_sites import Site, lifetime_position
+
+if TYPE_CHECKING:
+    from dirichlet_fl.config import RunConfig
 
 STATUS_LINE = "dirichlet-fl run status:"
 """The ServerApp's last line starts with this (server/server_app.py's STATUS_LINE; scripts/run.sh reads it too)."""
@@ -183,3 +188,62 @@ def print_report(result: dict[str, Any]) -> None:
             f"(ratio {comparison['round_time_ratio']:.2f}); final accuracy: deployment "
             f"{accuracies['deployment']:.4f}, simulation {accuracies['simulation']:.4f}"
         )
+
+
+def report(
+    call: dict[str, Any], run_dir: Path, sites: list[Site], config: RunConfig, outcomes: dict[int, SiteOutcome]
+) -> dict[str, Any]:
+    """The object --json prints: this call's verdict (`call`), the run folder's summary, and each site's
+    status and reason in this call with its lifetime position."""
+    summary = read_summary(run_dir)
+    entries = [
+        {"id": site.site_id, **lifetime_position(site, config), "status": outcomes[site.site_id].status,
+         "reason": outcomes[site.site_id].reason}
+        for site in sites
+    ]  # fmt: skip
+    return {
+        "tls": True,
+        "authenticated": True,
+        "app_signed": True,
+        "fleet_only_gateway": True,
+        **call,
+        "run_dir": str(run_dir),
+        "rounds": summary.get("rounds"),
+        "final_accuracy": summary.get("final_accuracy"),
+        "noise": summary.get("noise"),
+        "sites": entries,
+    }
+
+
+def round_seconds(run_dir: Path) -> list[float]:
+    """Each round's wall time from a run folder's rounds.csv (its `seconds` column is cumulative)."""
+    import csv
+
+    with open(run_dir / "rounds.csv", newline="") as handle:
+        cumulative = [float(row["seconds"]) for row in csv.DictReader(handle)]
+    return [later - earlier for earlier, later in zip([0.0, *cumulative], cumulative)]
+
+
+def compare_with_simulation(overrides: dict[str, Any], sites: int, run_dir: Path) -> dict[str, Any]:
+    """The same run config on Flower's simulation engine (one CPU per client, as Ray gives it), right
+    after the deployment run: median round times (the first round excluded: it pays start-up on both
+    engines), their ratio, and both final accuracies. Only meaningful for partition sites."""
+    import statistics
+
+    from dirichlet_fl.simulation import simulate
+
+    simulated = run_dir.with_name(f"{run_dir.name}-simulation")
+    simulate(overrides | {"run-name": simulated.name}, num_supernodes=sites)
+    steady = {name: round_seconds(folder)[1:] or round_seconds(folder) for name, folder in
+              (("deployment", run_dir), ("simulation", simulated))}  # fmt: skip
+    medians = {name: statistics.median(times) for name, times in steady.items()}
+    accuracy = {
+        name: json.loads((folder / "summary.json").read_text())["final_accuracy"]
+        for name, folder in (("deployment", run_dir), ("simulation", simulated))
+    }
+    return {
+        "median_round_seconds": medians,
+        "round_time_ratio": medians["deployment"] / medians["simulation"],
+        "final_accuracy": accuracy,
+        "simulation_run_dir": str(simulated),
+    }

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from cli import pilot
-from cli.deployment.federation import RunOutcome
+from cli.deployment.flwr_output import RunOutcome
 from cli.deployment.pilot_report import (
     FINISHED,
     STATUS_LINE,

@@ -20,7 +20,8 @@ from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import DataConfig, RunConfig
 from dirichlet_fl.data.split import federated_split
 from sims.fedavg_loop import FedAvgLoop
-from strategies.private import PrivateStrategy, seeded_sample
+from strategies.private import PrivateStrategy
+from strategies.sampling import seeded_sample
 from tests.helpers import set_task_identity
 
 pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
