@@ -203,7 +203,7 @@ def _client_dp_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-epsilon", type=float, default=1.0, help="each client's per-example eps")
     parser.add_argument("--model", default="cnn", help="network (default cnn)")
     parser.add_argument("--learning-rate", type=float, default=RunConfig().training.rate)
-    parser.add_argument("--batch-size", type=int, default=RunConfig().batch_size)
+    parser.add_argument("--batch-size", type=int, default=RunConfig().local.batch_size)
     parser.add_argument("--local-epochs", type=float, default=1.0, help="local epochs per round")
     parser.add_argument("--local-steps", type=int, default=0, help="steps per round (0: --local-epochs)")
     parser.add_argument("--seed", type=int, default=0)

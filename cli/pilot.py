@@ -244,7 +244,7 @@ def _check_site_data(sites: list[Site], config: RunConfig) -> str | None:
     """A partition site splits the run's data set from its own data root: a set no site can load offline is
     an input error, found before anything starts (the ledger no longer reads it: its pool is fixed)."""
     from client.site import SitePolicy
-    from dirichlet_fl.config import SYNTHETIC
+    from dirichlet_fl.config_groups import SYNTHETIC
     from dirichlet_fl.preflight import split_of
 
     checked: set[str] = set()

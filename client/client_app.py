@@ -244,7 +244,7 @@ def train(msg: Message, context: Context) -> Message:
         config = parse_run_config(context.run_config)
         policy, site = _site(context, msg, config)
         client = site_client(policy, config)
-        refusal = policy.refusal(config, config.target_epsilon_for(policy.partition_id, policy.num_partitions))
+        refusal = policy.refusal(config, config.privacy.target_epsilon_for(policy.partition_id, policy.num_partitions))
         if refusal is not None:  # before anything is opened: a refused request writes nothing
             return _failure(msg, POLICY_REFUSED, f"client {client.partition_id}: {refusal}", policy, site)
         config = policy.site_config(config)
@@ -252,7 +252,7 @@ def train(msg: Message, context: Context) -> Message:
         server_round = int(number(msg.content, "config", "server-round"))
         # a site keeps its ledger in its own ledger-dir (or its state), never in a folder the message names
         run_file = None if node.lifetime_ledger is not None or site else run_state_file(msg, client.partition_id)
-        durable = _Durable(node, run_file, nonce, server_round, eps_applies=not config.allow_batch_norm)
+        durable = _Durable(node, run_file, nonce, server_round, eps_applies=not config.network.allow_batch_norm)
         virtual = virtual_client(msg) is not None
         if virtual and durable.run_file is None:
             raise ValueError(f"client {client.partition_id}: a virtual client keeps its ledger in the run folder, "

@@ -21,7 +21,8 @@ from client.proximal import add_proximal_term
 from client.rate_and_randomness import client_generator, client_learning_rate
 from client.training import PoissonBatches, make_optimizer, train_locally
 from dirichlet_fl.client_plan import mechanism_spec
-from dirichlet_fl.config import SYNTHETIC, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import SYNTHETIC
 from dirichlet_fl.data.augmentation import augmentation
 from dirichlet_fl.data.image_data import ImageData
 from dirichlet_fl.data.loaders import dataset_num_classes
@@ -144,7 +145,7 @@ def load_weights(model: nn.Module, weights: dict[str, Tensor], config: RunConfig
             raise
         raise ValueError(
             f"data-file {client.data_file}: its images do not fit the run's model (dataset={config.data.dataset}, "
-            f"model={config.model}): export the site's data at the run's image size and channels"
+            f"model={config.network.name}): export the site's data at the run's image size and channels"
         ) from None
 
 
@@ -167,9 +168,9 @@ def accountant_summary(config: RunConfig, client: Client, mechanism: Mechanism) 
     q is rounded to 2 significant digits: with the steps it depends on, the exact q would tell the
     coordinator the site's example count (docs/consortium.md, "What the coordinator sees")."""
     return {
-        "epsilon": mechanism.epsilon(config.delta),
+        "epsilon": mechanism.epsilon(config.privacy.delta),
         "target-epsilon": client.target_epsilon,
-        "delta": config.delta,
+        "delta": config.privacy.delta,
         "steps": mechanism.steps,
         "sample-rate": float(f"{mechanism.sample_rate:.2g}"),
         **mechanism.parameters(),
@@ -231,11 +232,11 @@ def train_round(
                             public=error_reason(f"{label}: {error.public}", None))
     except ValueError as error:
         return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None))
-    steps = config.local_steps_per_round(mechanism.sample_rate)
+    steps = config.local.steps_per_round(mechanism.sample_rate)
     summary = accountant_summary(config, client, mechanism)
     if mechanism.would_exceed(steps, client.target_epsilon):
-        spent = mechanism.epsilon(config.delta)
-        text = f"{label}: budget spent (eps {spent:.4f} of {client.target_epsilon:g} at delta={config.delta:g})"
+        spent = mechanism.epsilon(config.privacy.delta)
+        text = f"{label}: budget spent (eps {spent:.4f} of {client.target_epsilon:g} at delta={config.privacy.delta:g})"
         return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, summary))
     planned, lifetime, nonce = mechanism.after(steps).state_dict(), node.lifetime_ledger, mechanism.steps
     if lifetime is not None:
@@ -257,7 +258,7 @@ def train_round(
         generator = client_generator(
             config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce
         )
-        privacy_rng = SecureRandom() if config.secure_rng or node.secure_rng else None
+        privacy_rng = SecureRandom() if config.randomness.secure_rng or node.secure_rng else None
         batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng)
         mean_loss = train_locally(wrapped, optimizer, mechanism, batches, steps, on_step=progress)
     except LifetimeBudgetSpent as error:  # write_ahead's locked re-check: another run at the site trained meanwhile
@@ -275,7 +276,7 @@ def train_round(
         "learning-rate": learning_rate,
         "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
         "node-secret": int(node.secret is not None),
-        "secure-rng": int(config.secure_rng or node.secure_rng),
+        "secure-rng": int(config.randomness.secure_rng or node.secure_rng),
     }
     if mechanism.reports_training_loss:  # DP-SGD's loss is of the un-noised batch: its eps does not cover it
         metrics["train-loss"] = mean_loss if math.isfinite(mean_loss) else 0.0

@@ -143,21 +143,22 @@ class SitePolicy:
                 f"site policy: the run asks target-epsilon={asked_epsilon:g} above this site's "
                 f"max-target-epsilon={ceiling:g}"
             )
-        if self.delta is not None and config.delta > self.delta:
+        if self.delta is not None and config.privacy.delta > self.delta:
             return (
-                f"site policy: the run asks delta={config.delta:g} above this site's delta={self.delta:g} "
+                f"site policy: the run asks delta={config.privacy.delta:g} above this site's delta={self.delta:g} "
                 "(node-config key delta)"
             )
-        if self.alpha is not None and config.alpha != self.alpha:
-            return f"site policy: the run asks alpha={config.alpha:g}; this site trains with alpha={self.alpha:g} only"
-        if self.deployment and config.allow_batch_norm and not self.allow_batch_norm:
+        if self.alpha is not None and config.privacy.alpha != self.alpha:
+            return (f"site policy: the run asks alpha={config.privacy.alpha:g}; this site trains with "
+                    f"alpha={self.alpha:g} only")
+        if self.deployment and config.network.allow_batch_norm and not self.allow_batch_norm:
             return (
                 "site policy: the run asks allow-batch-norm=true, under which no eps applies (BatchNorm mixes the "
                 "examples of a batch); this site does not allow it (node-config key allow-batch-norm)"
             )
-        if self.allowed_mechanisms is not None and config.mechanism not in self.allowed_mechanisms:
+        if self.allowed_mechanisms is not None and config.privacy.mechanism not in self.allowed_mechanisms:
             return (
-                f"site policy: the run asks mechanism={config.mechanism!r}; this site trains with "
+                f"site policy: the run asks mechanism={config.privacy.mechanism!r}; this site trains with "
                 f"{','.join(self.allowed_mechanisms)} only (node-config key allowed-mechanisms)"
             )
         return None
@@ -209,7 +210,7 @@ def _flag(key: str, value: object) -> bool:
 
 def site_client(policy: SitePolicy, config: RunConfig) -> Client:
     """This node's partition (or data file) and its budget for this run (the site's target-epsilon wins)."""
-    asked = config.target_epsilon_for(policy.partition_id, policy.num_partitions)
+    asked = config.privacy.target_epsilon_for(policy.partition_id, policy.num_partitions)
     target = policy.target_for(asked)
     return Client(policy.partition_id, policy.num_partitions, target, policy.data_file, policy.cache_dir)
 
@@ -223,7 +224,7 @@ def node_secret(policy: SitePolicy, config: RunConfig) -> bytes | None:
     if policy.secret_dir:
         with reading("its node secret"):
             return stored_secret(Path(policy.secret_dir))
-    if config.secure_noise:
+    if config.randomness.secure_noise:
         return secrets.token_bytes(SECRET_BYTES)
     return None
 
@@ -233,7 +234,7 @@ def open_lifetime_ledger(policy: SitePolicy, config: RunConfig) -> LifetimeLedge
     same way before it starts anything. Raises ValueError naming a bad ledger file."""
     _private_site_folders(policy)
     pool = data_pool(policy)
-    delta = policy.delta or config.delta
+    delta = policy.delta or config.privacy.delta
     witness = Path(policy.witness_dir) if policy.witness_dir else None
     with reading("its lifetime ledger"):
         return LifetimeLedger(

@@ -18,10 +18,10 @@ if TYPE_CHECKING:  # the split holds torch tensors; planning a client needs only
 
 def shard_too_small(config: RunConfig, partition_id: int, num_examples: int) -> str | None:
     """Why client `partition_id` cannot train (q = batch-size / examples must be < 1), or None if it can."""
-    if num_examples > config.batch_size:
+    if num_examples > config.local.batch_size:
         return None
     return (
-        f"batch-size={config.batch_size:g} needs a sampling rate batch-size/examples < 1, but client "
+        f"batch-size={config.local.batch_size:g} needs a sampling rate batch-size/examples < 1, but client "
         f"{partition_id} has {num_examples} examples: lower batch-size below {num_examples}"
     )
 
@@ -39,15 +39,15 @@ def mechanism_spec(config: RunConfig, partition_id: int, num_examples: int, targ
     problem = shard_too_small(config, partition_id, num_examples)
     if problem is not None:
         raise ValueError(problem)
-    sample_rate = config.batch_size / num_examples
+    sample_rate = config.local.batch_size / num_examples
     return MechanismSpec(
-        name=config.mechanism,
+        name=config.privacy.mechanism,
         target_epsilon=target_epsilon,
-        delta=config.delta,
+        delta=config.privacy.delta,
         sample_rate=sample_rate,
-        planned_steps=config.local_steps_per_round(sample_rate) * config.budget_rounds,
-        alpha=config.alpha,
-        max_grad_norm=config.max_grad_norm,
+        planned_steps=config.local.steps_per_round(sample_rate) * config.budget_rounds,
+        alpha=config.privacy.alpha,
+        max_grad_norm=config.privacy.max_grad_norm,
         num_examples=num_examples,
         loss_weighting=loss_weighting(config),
     )
@@ -55,6 +55,6 @@ def mechanism_spec(config: RunConfig, partition_id: int, num_examples: int, targ
 
 def loss_weighting(config: RunConfig) -> LossWeighting | None:
     """The Dirichlet NLL's confidence normalisation of this run (dirichlet-weighting), None for the paper's."""
-    if config.dirichlet_weighting == "paper":
+    if config.privacy.dirichlet_weighting == "paper":
         return None
-    return LossWeighting(config.lr.reference_confidence, config.dirichlet_weight_cap)
+    return LossWeighting(config.lr.reference_confidence, config.privacy.dirichlet_weight_cap)

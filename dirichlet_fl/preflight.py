@@ -28,7 +28,8 @@ import tomli
 from flwr.common.config import flatten_dict, get_fused_config_from_dir, get_project_config, parse_config_args
 
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
-from dirichlet_fl.config import MAX_LOCAL_STEPS, SYNTHETIC, RunConfig, clients_per_round
+from dirichlet_fl.config import RunConfig, clients_per_round
+from dirichlet_fl.config_groups import MAX_LOCAL_STEPS, SYNTHETIC
 from privacy.accounting.analysis import UnreachableEpsilonError, epsilon_floor
 from privacy.registry import mechanism_class
 
@@ -90,7 +91,7 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
         raise ValueError(f"num-supernodes={num_clients} (NUM_CLIENTS) is out of range: a federation needs at least "
                          "1 client")
     num_clients = config.num_clients or num_clients  # virtual clients: the population, not the SuperNodes
-    config.target_epsilon_for(0, num_clients)  # client-epsilons: one entry per client
+    config.privacy.target_epsilon_for(0, num_clients)  # client-epsilons: one entry per client
     client_level = config.client_level
     if client_level.mode == "adaptive":  # sigma_b from the first round's sample, as the strategy will
         first_sample = clients_per_round(num_clients, config.fraction_train, num_clients)
@@ -98,26 +99,27 @@ def preflight(lines: list[str], num_clients: int, app_dir: Path) -> list[str]:
     from dirichlet_fl.device import resolve_device  # torch: only once the run config itself is valid
 
     device = resolve_device(config.device)
-    _check_writable(Path(config.results_dir))
-    if config.resume_from:
+    _check_writable(Path(config.output.results_dir))
+    if config.output.resume_from:
         _check_resume(config, num_clients)
     sizes, trainers = _shards(config, num_clients)
     floors = {client: _check_budget(config, client, sizes[client], num_clients) for client in trainers}
     out = len(sizes) - len(trainers)
     sitting_out = f"; {out} hold <= batch-size examples and sit out" if out else ""
     lines_out = [
-        f"run config: {config.mechanism}, {config.data.dataset}, {config.num_server_rounds} rounds, device {device}",
+        f"run config: {config.privacy.mechanism}, {config.data.dataset}, {config.num_server_rounds} rounds, "
+        f"device {device}",
         f"data: {num_clients} shards of {min(sizes.values())}..{max(sizes.values())} training examples (batch-size "
-        f"{config.batch_size})"
+        f"{config.local.batch_size})"
         + sitting_out,
-        f"results: {Path(config.results_dir).resolve()} is writable"
-        + (f"; resuming {config.resume_from}" if config.resume_from else ""),
+        f"results: {Path(config.output.results_dir).resolve()} is writable"
+        + (f"; resuming {config.output.resume_from}" if config.output.resume_from else ""),
     ]
-    if mechanism_class(config.mechanism).has_epsilon_floor:
-        worst = max(trainers, key=lambda c: floors[c] / config.target_epsilon_for(c, num_clients))
+    if mechanism_class(config.privacy.mechanism).has_epsilon_floor:
+        worst = max(trainers, key=lambda c: floors[c] / config.privacy.target_epsilon_for(c, num_clients))
         lines_out.append(
             f"budgets: every client's eps is reachable (closest: client {worst}, floor {floors[worst]:.4g} "
-            f"below its target {config.target_epsilon_for(worst, num_clients):g})"
+            f"below its target {config.privacy.target_epsilon_for(worst, num_clients):g})"
         )
     return lines_out
 
@@ -126,7 +128,7 @@ def _check_resume(config: RunConfig, num_clients: int) -> None:
     """resume-from holds a checkpoint and a readable config.json of the same accounting and federation."""
     from dirichlet_fl.runs.reader import check_resumable, read_checkpoint, read_json
 
-    directory = Path(config.resume_from)
+    directory = Path(config.output.resume_from)
     read_checkpoint(directory)
     stored = read_json(directory / "config.json")
     try:
@@ -137,7 +139,8 @@ def _check_resume(config: RunConfig, num_clients: int) -> None:
                          "the folder of a run this app wrote") from None
     check_resumable(original, config)
     if stored_clients != num_clients:
-        raise ValueError(f"resume-from={config.resume_from!r}: the run had {stored_clients} clients, not {num_clients}")
+        raise ValueError(f"resume-from={config.output.resume_from!r}: the run had {stored_clients} clients, not "
+                         f"{num_clients}")
 
 
 def _shards(config: RunConfig, num_clients: int) -> tuple[dict[int, int], list[int]]:
@@ -145,8 +148,8 @@ def _shards(config: RunConfig, num_clients: int) -> tuple[dict[int, int], list[i
     gives every client the same shard: only the client with the smallest target is checked (its floor is
     every client's), so a population of 100,000 costs one check."""
     if config.data.dataset == SYNTHETIC:
-        worst = min(range(num_clients), key=lambda client: config.target_epsilon_for(client, num_clients)) \
-            if config.client_epsilons.strip() else 0
+        worst = min(range(num_clients), key=lambda client: config.privacy.target_epsilon_for(client, num_clients)) \
+            if config.privacy.client_epsilons.strip() else 0
         return {worst: config.data.synthetic_examples}, [worst]
     split = split_of(config, num_clients)
     return dict(enumerate(len(part) for part in split.train_parts)), _trainers(config, split)
@@ -173,7 +176,7 @@ def _trainers(config: RunConfig, split: FederatedSplit) -> list[int]:
     trainers = [client for client in range(len(split.train_parts)) if client not in skipped]
     if not trainers:
         largest = max(len(part) for part in split.train_parts)
-        raise ValueError(f"batch-size={config.batch_size} is at least every client's number of training examples "
+        raise ValueError(f"batch-size={config.local.batch_size} is at least every client's number of training examples "
                          f"(the largest shard has {largest}), so no client could train: lower batch-size below "
                          f"{largest}")
     return trainers
@@ -181,24 +184,25 @@ def _trainers(config: RunConfig, split: FederatedSplit) -> list[int]:
 
 def _check_budget(config: RunConfig, client: int, size: int, num_clients: int) -> float:
     """The client's floor eps; raises naming the key when its steps, delta or target cannot work."""
-    target = config.target_epsilon_for(client, num_clients)
+    target = config.privacy.target_epsilon_for(client, num_clients)
     spec = mechanism_spec(config, client, size, target)
     steps = spec.planned_steps // config.budget_rounds
     if steps > MAX_LOCAL_STEPS:
-        raise ValueError(f"local-epochs={config.local_epochs:g} gives client {client} {steps:,} steps a round "
+        raise ValueError(f"local-epochs={config.local.epochs:g} gives client {client} {steps:,} steps a round "
                          f"(local-epochs / q), above {MAX_LOCAL_STEPS:,}: lower local-epochs or set local-steps")
-    mechanism = mechanism_class(config.mechanism)
+    mechanism = mechanism_class(config.privacy.mechanism)
     if not mechanism.private:
         return 0.0
-    if config.delta >= 1 / size:
-        raise ValueError(f"delta={config.delta:g} is too large for client {client} ({size} examples): it must lie "
+    if config.privacy.delta >= 1 / size:
+        raise ValueError(f"delta={config.privacy.delta:g} is too large for client {client} ({size} examples): it "
+                         "must lie "
                          f"below 1/n = {1 / size:.3g}, since a delta of 1/n lets one example in n leak outright")
     if not mechanism.has_epsilon_floor:
         return 0.0
-    floor = epsilon_floor(spec.sample_rate, spec.planned_steps, config.delta)
+    floor = epsilon_floor(spec.sample_rate, spec.planned_steps, config.privacy.delta)
     if floor.epsilon >= target:
-        key = f"client-epsilons[{client}]" if config.client_epsilons.strip() else "target-epsilon"
-        error = UnreachableEpsilonError(target, floor, spec.sample_rate, spec.planned_steps, config.delta)
+        key = f"client-epsilons[{client}]" if config.privacy.client_epsilons.strip() else "target-epsilon"
+        error = UnreachableEpsilonError(target, floor, spec.sample_rate, spec.planned_steps, config.privacy.delta)
         raise ValueError(f"{key}: client {client} ({size} examples): {error}")
     return floor.epsilon
 

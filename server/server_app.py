@@ -21,7 +21,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
 from dirichlet_fl.client_plan import too_small_to_train
-from dirichlet_fl.config import SYNTHETIC, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import SYNTHETIC
 from dirichlet_fl.data.split import federated_split, run_data
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.metrics import RECALL_PREFIX, collapse_note, dead_class_note, evaluate_model
@@ -63,8 +64,8 @@ def _round_line(config: RunConfig, row: dict[str, Any], dead: dict[int, tuple[in
     """One round: the central metrics, who trained, the largest eps, and the classes dead for
     dead-class-rounds rounds or more (`dead`: RunWriter.dead_classes)."""
     eps = row["max_epsilon"]
-    private = mechanism_class(config.mechanism).private
-    privacy = f"  max eps {eps:.4f} (delta={config.delta:g}, per example)" if private else ""
+    private = mechanism_class(config.privacy.mechanism).private
+    privacy = f"  max eps {eps:.4f} (delta={config.privacy.delta:g}, per example)" if private else ""
     metrics = _metrics_part(row["central_accuracy"], row["central_balanced_accuracy"], row["central_macro_auc"],
                             row["central_loss"])
     warning = f"  {dead_class_note(dead)}" if dead else ""
@@ -112,7 +113,7 @@ def main(grid: Grid, context: Context) -> None:
         return
     training = config.training
     log(INFO, "dirichlet-fl: %s, strategy %s, %d clients, %s at %g (%s), warm-up %d rounds, writing %s",
-        config.mechanism, config.strategy.name, num_clients, training.optimizer, training.rate,
+        config.privacy.mechanism, config.strategy.name, num_clients, training.optimizer, training.rate,
         "Adam's own units" if training.optimizer == "adam" else f"SGD, learning-rate-mode {config.lr.mode}",
         training.warmup_rounds, writer.directory)
     skipped = {} if config.data.dataset == SYNTHETIC else too_small_to_train(  # synthetic: checked by the config
@@ -122,7 +123,7 @@ def main(grid: Grid, context: Context) -> None:
         writer.record_skipped(skipped)
     if skipped:
         log(INFO, "dirichlet-fl: %d of %d clients hold <= batch-size=%d examples and sit out (ledger.csv: skipped)",
-            len(skipped), num_clients, config.batch_size)
+            len(skipped), num_clients, config.local.batch_size)
     if first_round == 1:
         start = evaluate_fn(0, arrays)
         log(INFO, "round 0  %s", _metrics_part(start["accuracy"], start["balanced_accuracy"], start["macro_auc"],
@@ -147,17 +148,18 @@ def main(grid: Grid, context: Context) -> None:
         _finish_failed(writer, config, one_line(error))
         raise
     status = outcome.status
-    summary = writer.finish(final, assumptions_hold=not config.allow_batch_norm, status=status, reason=outcome.reason)
+    summary = writer.finish(final, assumptions_hold=not config.network.allow_batch_norm, status=status,
+                            reason=outcome.reason)
     for line in _summary_lines(config, summary, writer.directory):
         log(INFO, "%s", line)
-    if config.audit and status == COMPLETED:
+    if config.output.audit and status == COMPLETED:
         from dirichlet_fl.runs.audit import audit_run
 
         result = audit_run(writer.directory)
         strongest = result.strongest()
         log(INFO, "audit: strongest attack %s (%s): AUC %.3f, empirical eps >= %.3f vs claimed %.4f (delta=%g); %s; "
             "see %s/audit.json", strongest.name, strongest.view, strongest.report.auc, strongest.eps_lower_bound,
-            strongest.report.claimed_eps, config.delta, result.verdict().reason, writer.directory)
+            strongest.report.claimed_eps, config.privacy.delta, result.verdict().reason, writer.directory)
     log(INFO if status == COMPLETED else ERROR, "%s %s (%s); results in %s", STATUS_LINE, status, outcome.reason,
         writer.directory)
 
@@ -185,12 +187,12 @@ def _start(config: RunConfig, num_clients: int, strategy: PrivateStrategy) -> tu
     """A new run folder with the seeded initial model, or the resumed run's folder, strategy state and
     checkpointed weights. Returns the writer, the global weights and the first round to run."""
     data = run_data(config.split_spec(num_clients))
-    if config.resume_from:
-        writer, checkpoint = RunWriter.resume(config, num_clients, covers(config.mechanism), data.num_classes)
+    if config.output.resume_from:
+        writer, checkpoint = RunWriter.resume(config, num_clients, covers(config.privacy.mechanism), data.num_classes)
         strategy.load_state_dict(checkpoint["strategy"])
         return writer, ArrayRecord(checkpoint["weights"]), int(checkpoint["round"]) + 1
     model = initial_model(config, data)
-    writer = RunWriter.create(config, num_clients, covers(config.mechanism), data.num_classes)
+    writer = RunWriter.create(config, num_clients, covers(config.privacy.mechanism), data.num_classes)
     return writer, ArrayRecord(model.state_dict()), 1
 
 
@@ -198,7 +200,7 @@ def _finish_failed(writer: RunWriter, config: RunConfig, reason: str) -> None:
     """summary.json with status failed, so that the folder says what happened; a full disk may prevent
     even that, which is logged (the rows and the checkpoint of every completed round stay consistent)."""
     try:
-        writer.finish({}, assumptions_hold=not config.allow_batch_norm, status=FAILED, reason=reason)
+        writer.finish({}, assumptions_hold=not config.network.allow_batch_norm, status=FAILED, reason=reason)
     except OSError as error:
         log(ERROR, "dirichlet-fl: cannot write %s/summary.json: %s", writer.directory, one_line(error))
     log(ERROR, "%s %s (%s); results in %s", STATUS_LINE, FAILED, reason, writer.directory)
@@ -210,8 +212,8 @@ def _summary_lines(config: RunConfig, summary: dict[str, Any], directory: Path) 
     if summary["dead_classes"]:
         dead = {int(c): (streak["first_round"], streak["rounds"]) for c, streak in summary["dead_classes"].items()}
         lines.append(f"{dead_class_note(dead)} at the end (summary.json: dead_classes)")
-    if not mechanism_class(config.mechanism).private:
-        not_private = f"mechanism {config.mechanism}: training is not private per example"
+    if not mechanism_class(config.privacy.mechanism).private:
+        not_private = f"mechanism {config.privacy.mechanism}: training is not private per example"
         return lines + [not_private] + _aggregation_lines(config, summary)
     clients = summary["clients"]
     if summary["num_clients"] > CLIENT_LINES:

@@ -37,7 +37,7 @@ class ClientDPLoop(FedAvgLoop):
 
     def __init__(self, config: RunConfig, num_clients: int) -> None:
         super().__init__(config, num_clients)
-        self.accountant = ClientLevelAccountant(config.delta)
+        self.accountant = ClientLevelAccountant(config.privacy.delta)
         self.update_norms: list[float] = []
         self.eligible = num_clients
         self.adaptive: AdaptiveClipping | None = None
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
                      "target-epsilon": args.target_epsilon, "client-clip-target-quantile": args.target_quantile}
         config = RunConfig.from_run_config(overrides)
         cells.append(run_cell(config, args.clients))
-    return {"cells": cells, "config": vars(args), "delta": RunConfig().delta}
+    return {"cells": cells, "config": vars(args), "delta": RunConfig().privacy.delta}
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:

@@ -21,7 +21,8 @@ from torch import Tensor, nn
 
 from client.round import Client, shard_of, train_round
 from dirichlet_fl.client_plan import too_small_to_train
-from dirichlet_fl.config import SYNTHETIC, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import SYNTHETIC
 from dirichlet_fl.data.split import ClientShard, federated_split
 from dirichlet_fl.device import resolve_device
 from dirichlet_fl.metrics import evaluate, evaluate_model, true_class_confidence
@@ -55,7 +56,7 @@ class LoopRound:
 
 @dataclass
 class LoopResult:
-    """A whole run: the initial accuracy, every round, each client's final eps (at config.delta) and its
+    """A whole run: the initial accuracy, every round, each client's final eps (at config.privacy.delta) and its
     mechanism's calibrated noise parameters."""
 
     initial_accuracy: float
@@ -73,7 +74,7 @@ def _federated_accuracy(config: RunConfig, model: nn.Module, clients: list[int],
     """Accuracy of the global model on the sampled clients' local test shares, weighted by their sizes."""
     correct, total = 0.0, 0
     for partition_id in clients:
-        shard = shard_of(config, Client(partition_id, num_clients, config.target_epsilon))
+        shard = shard_of(config, Client(partition_id, num_clients, config.privacy.target_epsilon))
         _, accuracy = evaluate(model, shard.test_x, shard.test_y)
         correct += accuracy * shard.test_y.shape[0]
         total += int(shard.test_y.shape[0])
@@ -103,7 +104,7 @@ class FedAvgLoop:
         """Clients whose shard is not larger than a batch: never sampled, as the app's server skips them."""
 
     def _client(self, partition_id: int) -> Client:
-        epsilon = self.config.target_epsilon_for(partition_id, self.num_clients)
+        epsilon = self.config.privacy.target_epsilon_for(partition_id, self.num_clients)
         return Client(partition_id, self.num_clients, epsilon, shard=self.shards.get(partition_id))
 
     def _round_updates(self, server_round: int) -> tuple[list[RecordDict], int, int] | None:
@@ -121,7 +122,7 @@ class FedAvgLoop:
                                   global_state, server_round)
             if outcome.mechanism is not None:
                 self.saved[partition_id] = outcome.mechanism.state_dict()
-                self.epsilons[partition_id] = outcome.mechanism.epsilon(self.config.delta)
+                self.epsilons[partition_id] = outcome.mechanism.epsilon(self.config.privacy.delta)
                 self.parameters[partition_id] = outcome.mechanism.parameters()
             if outcome.error_code == BUDGET_EXHAUSTED:
                 self.exhausted.add(partition_id)
@@ -166,7 +167,7 @@ class FedAvgLoop:
         )
 
     def max_epsilon(self) -> float:
-        """The largest eps (at config.delta) any client has spent so far."""
+        """The largest eps (at config.privacy.delta) any client has spent so far."""
         return max(self.epsilons.values(), default=0.0)
 
 

@@ -20,8 +20,10 @@ from strategies.secagg_plus import SecAggPlus
 
 CLIENT_DP: dict[str, Callable[[Strategy, RunConfig], ClientLevelDp | None]] = {
     "none": lambda strategy, config: None,
-    "central": lambda strategy, config: ClientLevelDp(strategy, config.client_level, config.delta, adaptive=False),
-    "adaptive": lambda strategy, config: ClientLevelDp(strategy, config.client_level, config.delta, adaptive=True),
+    "central": lambda strategy, config: ClientLevelDp(strategy, config.client_level, config.privacy.delta,
+                                                      adaptive=False),
+    "adaptive": lambda strategy, config: ClientLevelDp(strategy, config.client_level, config.privacy.delta,
+                                                       adaptive=True),
 }
 """Each `client-dp` value: the client-level DP wrapper around the aggregating strategy, or none."""
 TRANSPORTS: dict[str, Callable[[RunConfig, ClientLevelDp | None], Transport]] = {

@@ -50,7 +50,7 @@ from flwr.supercore.differential_privacy import (
     get_norm,
 )
 
-from dirichlet_fl.config import ClientDpConfig
+from dirichlet_fl.config_groups import ClientDpConfig
 from dirichlet_fl.protocol import CLIPPED_COUNT_NOISE_STD, NOISE_SHARE_STD, Metrics
 from privacy.accounting.client_level import (
     AdaptiveClipping,

@@ -1,7 +1,7 @@
 """Flower's own strategies (flwr.serverapp.strategy) as the run's aggregator, and their state in a checkpoint.
 
 The run config's `strategy` names one of Flower 1.42's Message-API classes and its keys become that class's
-constructor arguments (dirichlet_fl.config.STRATEGY_ARGUMENTS; server-learning-rate 0 leaves Flower's own
+constructor arguments (dirichlet_fl.config_groups.STRATEGY_ARGUMENTS; server-learning-rate 0 leaves Flower's own
 default). The private wrapper (strategies/private.py) offers the strategy exactly the clients it sampled and
 hands it exactly the replies it accepted, so the strategy is built to ask every client it is offered
 (fraction 1, at least 1 node): it decides how updates are aggregated and what a message carries besides the
@@ -23,14 +23,14 @@ import torch
 from flwr.app import Array, ArrayRecord
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi, Strategy
 
-from dirichlet_fl.config import StrategyConfig
+from dirichlet_fl.config_groups import StrategyConfig
 from strategies.federated_evaluation import aggregate_evaluation
 
 FLOWER_STRATEGIES: dict[str, type[FedAvg]] = {
     "fedavg": FedAvg, "fedavgm": FedAvgM, "fedprox": FedProx,
     "fedadam": FedAdam, "fedyogi": FedYogi, "fedadagrad": FedAdagrad,
 }
-"""The class of each `strategy` value (dirichlet_fl.config.STRATEGIES)."""
+"""The class of each `strategy` value (dirichlet_fl.config_groups.STRATEGIES)."""
 SERVER_STATE = ("current_arrays", "momentum_vector", "m_t", "v_t")
 """The attributes in which Flower's strategies keep state across rounds (None until their first round)."""
 SERVER_OPTIMIZER = "server_optimizer"

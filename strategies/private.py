@@ -383,14 +383,14 @@ class PrivateStrategy(Strategy):
 
     def begin_round(self, server_round: int) -> RoundRecord:
         """A new record for the round (self.current), holding the weights sent when the run keeps updates."""
-        self.current = RoundRecord(server_round, sent=self.sent if self.config.keep_updates else None)
+        self.current = RoundRecord(server_round, sent=self.sent if self.config.output.keep_updates else None)
         return self.current
 
     def record_trained(self, record: RoundRecord, client: int, metrics: dict[str, float],
                        returned: ArrayRecord | None = None) -> None:
         """A trainer's metrics (and, with keep-updates, its returned weights); spent if it cannot continue."""
         record.trained[client] = metrics
-        if self.config.keep_updates and returned is not None:
+        if self.config.output.keep_updates and returned is not None:
             record.returned[client] = returned
         if not metrics["can-continue"]:
             self.exhausted.add(client)
@@ -436,7 +436,7 @@ class PrivateStrategy(Strategy):
         """None while some client may still train; else the run's final status and why."""
         unavailable = self.unavailable
         available = any(client not in unavailable for client in self.clients)
-        if available and self.idle_rounds < self.config.max_idle_rounds:
+        if available and self.idle_rounds < self.config.output.max_idle_rounds:
             return None
         if not available and self.exhausted and self.trained_rounds:
             return COMPLETED, "every client that can train has spent its budget"

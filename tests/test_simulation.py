@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from dirichlet_fl.config import STRATEGIES
+from dirichlet_fl.config_groups import STRATEGIES
 from dirichlet_fl.simulation import simulate
 
 pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn

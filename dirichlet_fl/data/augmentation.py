@@ -20,7 +20,7 @@ AUGMENTED_BY_DEFAULT = frozenset({"cifar10", "svhn"})
 
 def augmentation(config: RunConfig) -> Callable[[Tensor, torch.Generator], Tensor] | None:
     """The on-device augmentation for this run, or None (auto: on for CIFAR10 and SVHN, as in the paper)."""
-    enabled = config.augment == "on" or (config.augment == "auto" and config.data.dataset in AUGMENTED_BY_DEFAULT)
+    enabled = config.network.augment == "on" or (config.network.augment == "auto" and config.data.dataset in AUGMENTED_BY_DEFAULT)
     return random_crop_flip if enabled else None
 
 

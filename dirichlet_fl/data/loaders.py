@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dirichlet_fl.config import SYNTHETIC
+from dirichlet_fl.config_groups import SYNTHETIC
 from dirichlet_fl.data.image_data import ImageData, Split, to_image_data
 from dirichlet_fl.data.data_file import check_labels, read_npz_splits
 

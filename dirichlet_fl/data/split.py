@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dirichlet_fl.config import SYNTHETIC, SplitSpec
+from dirichlet_fl.config_groups import SYNTHETIC
+from dirichlet_fl.config import SplitSpec
 from dirichlet_fl.data.loaders import load_dataset, stratified_split
 from dirichlet_fl.files import atomic_path
 from dirichlet_fl.data.image_data import ImageData

@@ -19,10 +19,11 @@ from privacy.validation import validate_model
 def build_run_model(config: RunConfig, data: ImageData) -> nn.Module:
     """The configured model with its default normalisation (dirichlet_fl.models.networks.MODEL_REGISTRY), or with
     BatchNorm when opted in; refused if it breaks the accountant's assumptions (BatchNorm) unless opted in."""
-    norm = "batch" if config.allow_batch_norm else None if config.norm == "default" else config.norm
-    model = build_model(config.model, data.in_channels, data.num_classes, data.image_size, norm=norm)
-    if mechanism_class(config.mechanism).validates_model:
-        validate_model(model, allow_batch_dependent_layers=config.allow_batch_norm)
+    network = config.network
+    norm = "batch" if network.allow_batch_norm else None if network.norm == "default" else network.norm
+    model = build_model(config.network.name, data.in_channels, data.num_classes, data.image_size, norm=norm)
+    if mechanism_class(config.privacy.mechanism).validates_model:
+        validate_model(model, allow_batch_dependent_layers=config.network.allow_batch_norm)
     return model
 
 

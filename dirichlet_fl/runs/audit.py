@@ -201,7 +201,7 @@ def _pooled_scope(run: FinishedRun, seed: int) -> Scope:
     """Every client's training examples, against the largest claim of any client."""
     claims = [_claimed_epsilon(entry) for entry in run.summary["clients"]]
     return Scope("pooled", np.concatenate([np.asarray(part) for part in run.train_parts]),
-                 max(claims, default=math.inf), run.config.delta, [seed, 0])
+                 max(claims, default=math.inf), run.config.privacy.delta, [seed, 0])
 
 
 def one_run_result(scores: np.ndarray, is_member: np.ndarray, delta: float) -> tuple[float, dict[str, Any]]:
@@ -390,8 +390,8 @@ def _update_view_attacks(
 def control_accuracy(control_dir: str | Path, run: FinishedRun) -> float:
     """The final accuracy of the control run; ValueError when it is not the same job without privacy."""
     control = load_run(control_dir)
-    if mechanism_class(control.config.mechanism).private:
-        raise ValueError(f"--control {control_dir}: its mechanism is {control.config.mechanism!r}; the control "
+    if mechanism_class(control.config.privacy.mechanism).private:
+        raise ValueError(f"--control {control_dir}: its mechanism is {control.config.privacy.mechanism!r}; the control "
                          "must be the same job with mechanism none")
     mine, theirs = run.config.to_run_config(), control.config.to_run_config()
     for key in ("dataset", "model", "partitioner", "seed"):
@@ -423,7 +423,7 @@ def _utility(run: FinishedRun, options: AuditOptions) -> Utility:
     accuracy = float(run.summary["final_accuracy"])
     if options.control_dir is not None:
         return Utility(accuracy, control_accuracy(options.control_dir, run), str(options.control_dir), options.margin)
-    if not mechanism_class(run.config.mechanism).private:
+    if not mechanism_class(run.config.privacy.mechanism).private:
         return Utility(accuracy, accuracy, "the run itself (mechanism none)", options.margin)
     return Utility(accuracy, None, "none given", options.margin)
 
@@ -432,7 +432,7 @@ def _client_scopes(run: FinishedRun, seed: int) -> list[Scope]:
     clients = {int(entry["id"]): entry for entry in run.summary["clients"]}
     return [
         Scope(f"client {client}", np.asarray(run.train_parts[client]), _claimed_epsilon(clients[client]),
-              float(clients[client].get("delta", run.config.delta)), [seed, client + 1])
+              float(clients[client].get("delta", run.config.privacy.delta)), [seed, client + 1])
         for client in sorted(clients)
     ]
 
@@ -446,7 +446,7 @@ def audit_finished_run(
     if unknown:
         raise ValueError(f"--view {unknown[0]!r} is unknown; valid: {', '.join(VIEWS)}")
     utility = _utility(run, options)
-    claim_covers = covers(run.config.mechanism)
+    claim_covers = covers(run.config.privacy.mechanism)
     scopes, pooled_scope = _client_scopes(run, options.seed), _pooled_scope(run, options.seed)
     attacks: list[AttackResult] = []
     reports: dict[str, AuditReport] = {}
@@ -467,7 +467,7 @@ def audit_finished_run(
     loss_pooled = reports.get("pooled") or attacks[0].report
     per_client = {int(name.split()[1]): report for name, report in reports.items() if name != "pooled"}
     holds = bool(run.summary.get("accountant_assumptions_hold", True))
-    return RunAudit(loss_pooled, per_client, attacks, utility, run.config.mechanism, holds)
+    return RunAudit(loss_pooled, per_client, attacks, utility, run.config.privacy.mechanism, holds)
 
 
 def save_audit(run_dir: Path, result: RunAudit) -> None:
@@ -488,7 +488,7 @@ def audit_run(run_dir: str | Path, *, max_candidates: int = DEFAULT_MAX_CANDIDAT
     audit.json and audit_roc.png there, and return the audit. What the server app calls with audit=true."""
     run_dir = Path(run_dir)
     run = load_run(run_dir)
-    views = ("final-model", "updates") if run.config.keep_updates else ("final-model",)
+    views = ("final-model", "updates") if run.config.output.keep_updates else ("final-model",)
     result = audit_finished_run(run, AuditOptions(max_candidates=max_candidates, seed=seed, views=views))
     save_audit(run_dir, result)
     return result

@@ -173,12 +173,13 @@ def _interrupted_summary(directory: Path, config: RunConfig) -> dict[str, Any]:
         "final_accuracy": accuracy[-1] if accuracy else None,
         "status_reason": f"the run stopped after round {int(checkpoint['round'])} without a summary",
         "rounds": int(checkpoint["round"]),
-        "mechanism": config.mechanism,
-        "delta": config.delta,
-        "accountant_assumptions_hold": not config.allow_batch_norm,
+        "mechanism": config.privacy.mechanism,
+        "delta": config.privacy.delta,
+        "accountant_assumptions_hold": not config.network.allow_batch_norm,
         "clients": [
             {"id": client, "target_epsilon": standing["target_epsilon"], "epsilon": json_number(standing["epsilon"]),
-             "delta": config.delta, "steps": standing["steps"], "sample_rate": json_number(standing["sample_rate"])}
+             "delta": config.privacy.delta, "steps": standing["steps"],
+             "sample_rate": json_number(standing["sample_rate"])}
             for client, standing in sorted(clients.items())
         ],
     }

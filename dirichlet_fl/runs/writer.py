@@ -228,14 +228,14 @@ class RunWriter:
     def create(cls, config: RunConfig, num_clients: int, covers: str, num_classes: int = 0) -> RunWriter:
         """A new folder under results-dir named by run-name, or by time, data set, mechanism and eps;
         rounds.csv gets a recall column per class of `num_classes`."""
-        name = config.run_name or (
-            f"{time.strftime('%Y%m%d-%H%M%S')}-{config.data.dataset}-{config.mechanism}-eps{config.target_epsilon:g}"
+        name = config.output.run_name or (
+            f"{time.strftime('%Y%m%d-%H%M%S')}-{config.data.dataset}-{config.privacy.mechanism}-eps{config.privacy.target_epsilon:g}"
         )
-        directory = Path(config.results_dir) / name
+        directory = Path(config.output.results_dir) / name
         suffix = 1
         while directory.exists():
             suffix += 1
-            directory = Path(config.results_dir) / f"{name}-{suffix}"
+            directory = Path(config.output.results_dir) / f"{name}-{suffix}"
         writer = cls(directory, config, num_clients, covers, num_classes)
         directory.mkdir(parents=True, exist_ok=False)
         _write_json(directory / "config.json", {"run_config": config.resolved_run_config(), "num_clients": num_clients})
@@ -247,17 +247,18 @@ class RunWriter:
     def resume(
         cls, config: RunConfig, num_clients: int, covers: str, num_classes: int = 0
     ) -> tuple[RunWriter, dict[str, Any]]:
-        """Continue the run in config.resume_from from its last checkpoint: refuse a config that changes
+        """Continue the run in config.output.resume_from from its last checkpoint: refuse a config that changes
         the accounting (ValueError naming the key), cut rows past the checkpoint, restore every client's
         ledger and, from the rows kept, the dead-class streaks. Returns the writer and the checkpoint
         (round, weights, strategy state)."""
-        directory = Path(config.resume_from)
+        directory = Path(config.output.resume_from)
         checkpoint = read_checkpoint(directory)
         stored = read_json(directory / "config.json")
         check_resumable(RunConfig.from_run_config(stored["run_config"]), config)
         if int(stored["num_clients"]) != num_clients:
             raise ValueError(
-                f"resume-from={config.resume_from!r}: the run had {stored['num_clients']} clients but this federation "
+                f"resume-from={config.output.resume_from!r}: the run had {stored['num_clients']} clients but this "
+                "federation "
                 f"has {num_clients}; resume it with the same number of clients"
             )
         writer = cls(directory, config, num_clients, covers, num_classes)
@@ -278,7 +279,7 @@ class RunWriter:
         """Save the global weights (and, with keep-updates, the round's updates), append the round to
         rounds.csv and ledger.csv, then checkpoint (files first: the rows never run ahead of model.pt; the
         checkpoint never ahead of the rows)."""
-        if self.config.keep_updates and record.sent is not None and record.returned:
+        if self.config.output.keep_updates and record.sent is not None and record.returned:
             save_round_updates(self.directory, record.server_round, record.sent, record.returned)
         weights = arrays.to_torch_state_dict()
         self.save_weights_dict(weights)
@@ -328,12 +329,12 @@ class RunWriter:
         """The classes whose central recall has been 0 for at least dead-class-rounds consecutive rounds
         up to the last one: class -> (first round of the streak, its length)."""
         last = int(self.rounds[-1]["round"]) if self.rounds else 0
-        return lasting(self.dead_streaks, self.config.dead_class_rounds, last)
+        return lasting(self.dead_streaks, self.config.output.dead_class_rounds, last)
 
     def standing(self, client: int) -> ClientStanding:
         """The client's standing; a client never heard of gets its own, at its target, on first use."""
         if client not in self.clients:
-            self.clients[client] = ClientStanding(self.config.target_epsilon_for(client, self.num_clients))
+            self.clients[client] = ClientStanding(self.config.privacy.target_epsilon_for(client, self.num_clients))
         return self.clients[client]
 
     def _update_standings(self, record: RoundRecord) -> dict[int, dict[str, Any]]:
@@ -356,14 +357,14 @@ class RunWriter:
             elif client in record.spent:
                 status = "spent"
                 reason = (f"budget spent: eps {standing.epsilon:.4f} of {standing.target_epsilon:g} "
-                          f"at delta={self.config.delta:g}")
+                          f"at delta={self.config.privacy.delta:g}")
                 standing.refused_rounds += 1
             else:
                 status, reason = "excluded", "its setup failed (see its failed row); not sampled again"
             rows[client] = {
                 "status": status,
                 "epsilon": standing.epsilon,
-                "delta": self.config.delta,
+                "delta": self.config.privacy.delta,
                 "steps": standing.steps,
                 "target_epsilon": standing.target_epsilon,
                 "sample_rate": standing.sample_rate,
@@ -375,7 +376,7 @@ class RunWriter:
 
     def record_skipped(self, reasons: dict[int, str]) -> None:
         """Ledger rows (round 0, status `skipped`, with the reason) for clients that sit out the whole run."""
-        rows = [{"round": 0, "client": client, "status": "skipped", "epsilon": 0.0, "delta": self.config.delta,
+        rows = [{"round": 0, "client": client, "status": "skipped", "epsilon": 0.0, "delta": self.config.privacy.delta,
                  "steps": 0, "target_epsilon": self.standing(client).target_epsilon, "sample_rate": math.nan,
                  "noise_parameter": "", "reason": reason} for client, reason in sorted(reasons.items())]
         append_atomically(self.directory / "ledger.csv", _csv_text(LEDGER_COLUMNS, rows))
@@ -418,10 +419,10 @@ class RunWriter:
                              for c, (first, length) in self.dead_classes().items()},
             **final_collapse(final, self.num_classes),
             "rounds": len(self.rounds),
-            "mechanism": self.config.mechanism,
-            "delta": self.config.delta,
+            "mechanism": self.config.privacy.mechanism,
+            "delta": self.config.privacy.delta,
             "epsilon_covers": self.covers,
-            "epsilon_does_not_cover": does_not_cover(self.config.mechanism),
+            "epsilon_does_not_cover": does_not_cover(self.config.privacy.mechanism),
             "noise": " and ".join(sorted(self.noise)) or "no client trained",
             "accountant_assumptions_hold": assumptions_hold,
             "max_epsilon": json_number(max((c.epsilon for c in self.clients.values()), default=0.0)),
@@ -449,7 +450,7 @@ class RunWriter:
             "id": client,
             "target_epsilon": standing.target_epsilon,
             "epsilon": json_number(standing.epsilon),
-            "delta": self.config.delta,
+            "delta": self.config.privacy.delta,
             "steps": standing.steps,
             "sample_rate": json_number(standing.sample_rate),
             "learning_rate": json_number(standing.learning_rate),

@@ -40,12 +40,13 @@ def quick_defaults() -> dict[str, object]:
     """--quick: the app's default digits job (its model, rounds, local epochs, batch size, rate and
     Dirichlet weighting) at eps 1 and 4, one seed; flags given beside it win."""
     app = RunConfig()
-    return {"dataset": app.data.dataset, "data_root": "", "data_path": "", "model": app.model,
-            "rounds": app.num_server_rounds, "local_epochs": app.local_epochs, "batch_size": app.batch_size,
+    return {"dataset": app.data.dataset, "data_root": "", "data_path": "", "model": app.network.name,
+            "rounds": app.num_server_rounds, "local_epochs": app.local.epochs, "batch_size": app.local.batch_size,
             "learning_rate": app.training.rate, "dirichlet_learning_rate": app.training.rate,
             "optimizers": app.training.optimizer,
-            "dpsgd_learning_rate": QUICK_DPSGD_LEARNING_RATE, "dirichlet_weighting": app.dirichlet_weighting,
-            "dirichlet_weight_cap": app.dirichlet_weight_cap, "warmup_rounds": app.training.warmup_rounds, "seeds": 1,
+            "dpsgd_learning_rate": QUICK_DPSGD_LEARNING_RATE, "dirichlet_weighting": app.privacy.dirichlet_weighting,
+            "dirichlet_weight_cap": app.privacy.dirichlet_weight_cap, "warmup_rounds": app.training.warmup_rounds,
+            "seeds": 1,
             "epsilons": "1,4"}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dirichlet_fl.config import OPTIMIZERS
+from dirichlet_fl.config_groups import OPTIMIZERS
 from dirichlet_fl.data.loaders import NPZ, dataset_num_classes
 from sims.study.data_file import check_medmnist_layout
 from sims.study.plan import MECHANISMS, RATE_FLAGS, Study, parse_partition

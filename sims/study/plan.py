@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
-from dirichlet_fl.config import DataConfig, LearningRateConfig, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import (
+    DataConfig,
+    LearningRateConfig,
+    LocalTrainingConfig,
+    NetworkConfig,
+    OutputConfig,
+    PrivacyConfig,
+)
 from dirichlet_fl.data.loaders import NPZ, load_dataset
 from dirichlet_fl.data.split import FederatedSplit, federated_split
 from dirichlet_fl.models.recipes import DEFAULT_WARMUP_ROUNDS
@@ -60,7 +68,7 @@ class Study:
     """SGD's rates tried for each tuned mechanism, canonical 'none=0.02/0.05/0.1,...' (sims/study/tuning.py);
     empty when SGD is not among the optimizers."""
     optimizers: tuple[str, ...] = ("sgd",)
-    """The optimizer axis (dirichlet_fl.config.OPTIMIZERS): every cell runs once per optimizer, each at its own
+    """The optimizer axis (dirichlet_fl.config_groups.OPTIMIZERS): every cell runs once per optimizer, each at its own
     rate, tuned over its own grid. A study.json from before the axis existed ran SGD only."""
     adam_rate_grid: str = ""
     """Adam's rates tried for each tuned mechanism (Adam's own units), as rate_grid; empty without Adam."""
@@ -169,12 +177,15 @@ def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = 
         validation_fraction=VALIDATION_FRACTION if held_out else 0.0,
     )
     config = RunConfig(
-        num_server_rounds=study.rounds, seed=cell.seed, model=study.model,
-        mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
-        delta=PAPER_DELTA, alpha=study.alpha, max_grad_norm=study.max_grad_norm, batch_size=study.batch_size,
-        local_epochs=study.local_epochs, device=study.device, fraction_evaluate=0.0, results_dir="",
-        norm=study.norm, dirichlet_weighting=study.dirichlet_weighting,
-        dirichlet_weight_cap=study.dirichlet_weight_cap, data=data,
+        num_server_rounds=study.rounds, seed=cell.seed, device=study.device, fraction_evaluate=0.0,
+        network=NetworkConfig(name=study.model, norm=study.norm),
+        privacy=PrivacyConfig(
+            mechanism=cell.mechanism, target_epsilon=cell.epsilon if math.isfinite(cell.epsilon) else 1.0,
+            delta=PAPER_DELTA, alpha=study.alpha, max_grad_norm=study.max_grad_norm,
+            dirichlet_weighting=study.dirichlet_weighting, dirichlet_weight_cap=study.dirichlet_weight_cap,
+        ),
+        local=LocalTrainingConfig(batch_size=study.batch_size, epochs=study.local_epochs),
+        output=OutputConfig(results_dir=""), data=data,
         lr=LearningRateConfig(optimizer=cell.optimizer, rate=rate, mode=study.learning_rate_mode,
                               warmup_rounds=study.warmup_rounds),
     )
@@ -191,10 +202,10 @@ def client_floor(config: RunConfig, clients: int) -> float:
     for partition_id, part in enumerate(split.train_parts):
         if partition_id in sitting_out:
             continue
-        spec = mechanism_spec(config, partition_id, len(part), config.target_epsilon_for(partition_id, clients))
+        spec = mechanism_spec(config, partition_id, len(part), config.privacy.target_epsilon_for(partition_id, clients))
         floors.append(epsilon_floor(spec.sample_rate, spec.planned_steps, PAPER_DELTA).epsilon)
     if not floors:
-        raise ValueError(f"--batch-size={config.batch_size}: no client of this partition holds more "
+        raise ValueError(f"--batch-size={config.local.batch_size}: no client of this partition holds more "
                          "examples than a batch, so none can train; lower --batch-size or --num-clients")
     return max(floors)
 

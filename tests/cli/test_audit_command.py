@@ -14,7 +14,8 @@ import torch
 from flwr.app import ArrayRecord
 
 from cli.audit import add_parser
-from dirichlet_fl.config import DataConfig, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import DataConfig, LocalTrainingConfig, OutputConfig, PrivacyConfig
 from dirichlet_fl.data.split import federated_split
 from dirichlet_fl.metrics import evaluate
 from dirichlet_fl.models.run_model import build_run_model
@@ -48,8 +49,8 @@ def write_run(
 ) -> Path:
     """A finished-run folder as the server writes it; an untrained model (it never saw any example)
     unless `state` plants other weights. `local_steps` (0: the job's epochs) is what reference runs train."""
-    config = RunConfig(mechanism=mechanism, keep_updates=keep_updates, data=IID_DIGITS, num_server_rounds=rounds,
-                       local_steps=local_steps)
+    config = RunConfig(data=IID_DIGITS, num_server_rounds=rounds, privacy=PrivacyConfig(mechanism=mechanism),
+                       output=OutputConfig(keep_updates=keep_updates), local=LocalTrainingConfig(steps=local_steps))
     folder.mkdir()
     saved = {"run_config": config.to_run_config(), "num_clients": len(epsilons)}
     (folder / "config.json").write_text(json.dumps(saved))
@@ -57,7 +58,7 @@ def write_run(
     model = build_run_model(config, federated_split(config.split_spec(len(epsilons))).data)
     torch.save(state if state is not None else model.state_dict(), folder / "model.pt")
     clients = [
-        {"id": i, "target_epsilon": 1.0, "epsilon": eps, "delta": config.delta, "steps": 10}
+        {"id": i, "target_epsilon": 1.0, "epsilon": eps, "delta": config.privacy.delta, "steps": 10}
         for i, eps in enumerate(epsilons)
     ]
     summary = {"clients": clients, "accountant_assumptions_hold": True, "final_accuracy": final_accuracy}

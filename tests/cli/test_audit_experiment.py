@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from cli import audit_experiment
-from dirichlet_fl.config import DIRICHLET_WEIGHTINGS, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import DIRICHLET_WEIGHTINGS
 from privacy.attenuation import attenuation
 from privacy.audit.one_run import OneRunCounts
 from privacy.audit.statistics import AttackCounts, epsilon_from_counts
@@ -132,7 +133,7 @@ def test_each_dirichlet_loss_is_an_arm_and_the_normalised_one_trains_with_its_we
     assert first.claimed_eps == second.claimed_eps and first.noise == second.noise  # the loss changes no eps
     assert first.learning_rate == pytest.approx(second.learning_rate)  # both step at kappa(0.9)
     assert not np.array_equal(first.pool_losses, second.pool_losses)
-    assert WEIGHTINGS == DIRICHLET_WEIGHTINGS and DEFAULT_WEIGHT_CAP == RunConfig().dirichlet_weight_cap
+    assert WEIGHTINGS == DIRICHLET_WEIGHTINGS and DEFAULT_WEIGHT_CAP == RunConfig().privacy.dirichlet_weight_cap
 
 
 def test_eps_per_mechanism_and_reference_models_only_for_the_arms_asked():

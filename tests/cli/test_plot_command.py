@@ -10,12 +10,15 @@ from flwr.app import ArrayRecord
 
 from cli.main import main
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import OutputConfig, PrivacyConfig
 from dirichlet_fl.runs.plots import read_curves
 from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
 
 def make_run(root: Path, name: str, target: float) -> Path:
-    writer = RunWriter.create(RunConfig(results_dir=str(root), run_name=name, target_epsilon=target), 2, "x")
+    config = RunConfig(output=OutputConfig(results_dir=str(root), run_name=name),
+                       privacy=PrivacyConfig(target_epsilon=target))
+    writer = RunWriter.create(config, 2, "x")
     metrics = {"num-examples": 10, "train-loss": 1.0, "target-epsilon": target, "delta": 1e-5, "sample-rate": 0.1,
                "r": 0.1, "learning-rate": 5.0}
     for server_round in (1, 2):

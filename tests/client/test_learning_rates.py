@@ -11,7 +11,8 @@ import torch
 
 from client.rate_and_randomness import client_learning_rate
 from client.round import Client, train_round
-from dirichlet_fl.config import LearningRateConfig, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import LearningRateConfig, LocalTrainingConfig, NetworkConfig, PrivacyConfig
 from dirichlet_fl.data.split import ClientShard
 from dirichlet_fl.models.recipes import DEFAULT_WARMUP_ROUNDS
 from dirichlet_fl.models.run_model import initial_model
@@ -88,7 +89,7 @@ def test_adaptive_mode_uses_the_models_confidence_on_the_local_test_share() -> N
 
 
 def test_the_reply_carries_each_clients_own_rate() -> None:
-    config = RunConfig(local_steps=2, num_server_rounds=2, lr=LearningRateConfig(rate=0.05))
+    config = RunConfig(num_server_rounds=2, lr=LearningRateConfig(rate=0.05), local=LocalTrainingConfig(steps=2))
     weights = initial_model(config, _digits()).state_dict()
     rates = {}
     for partition in (0, 1):
@@ -130,13 +131,14 @@ def test_each_key_left_at_its_default_takes_the_networks_recipe_and_a_given_key_
     from dirichlet_fl.config import Training
 
     assert RunConfig().training == Training("sgd", 0.05, 3)
-    assert RunConfig(model="lenet").training == Training("sgd", 0.05, 3)
-    assert RunConfig(model="lenet", norm="group").training == Training("adam", 0.001, 3)
-    assert RunConfig(model="resnet9").training == Training("adam", 0.001, 3)
-    assert RunConfig(model="resnet9", norm="none").training == Training("adam", 0.001, 3)
-    assert RunConfig(model="cnn", lr=LearningRateConfig(optimizer="adam")).training == Training("adam", 0.001, 3)
+    assert RunConfig(network=NetworkConfig(name="lenet")).training == Training("sgd", 0.05, 3)
+    assert RunConfig(network=NetworkConfig(name="lenet", norm="group")).training == Training("adam", 0.001, 3)
+    assert RunConfig(network=NetworkConfig(name="resnet9")).training == Training("adam", 0.001, 3)
+    assert RunConfig(network=NetworkConfig(name="resnet9", norm="none")).training == Training("adam", 0.001, 3)
+    adam = RunConfig(lr=LearningRateConfig(optimizer="adam"), network=NetworkConfig(name="cnn"))
+    assert adam.training == Training("adam", 0.001, 3)
     given = LearningRateConfig(optimizer="sgd", rate=0.02, warmup_rounds=0)
-    assert RunConfig(model="resnet9", lr=given).training == Training("sgd", 0.02, 0)
+    assert RunConfig(lr=given, network=NetworkConfig(name="resnet9")).training == Training("sgd", 0.02, 0)
     app = RunConfig.from_run_config({"model": "resnet9"})
     assert (app.lr.optimizer, app.lr.rate, app.training.optimizer) == ("default", 0.0, "adam")
 
@@ -146,8 +148,8 @@ def test_adam_trains_a_round_under_every_mechanism_with_fresh_state_each_round(m
     """optimizer = "adam" under every mechanism (DP-SGD: Opacus's optimizer wrapping an Adam), and its moments
     start fresh each round: round 2 from the same global weights and the same ledger gives the same update
     whatever round 1 trained on, so no state about another round's samples outlives the weights."""
-    config = RunConfig(local_steps=3, num_server_rounds=2, mechanism=mechanism,
-                       lr=LearningRateConfig(optimizer="adam", rate=0.001, warmup_rounds=0))
+    config = RunConfig(num_server_rounds=2, lr=LearningRateConfig(optimizer="adam", rate=0.001, warmup_rounds=0),
+                       local=LocalTrainingConfig(steps=3), privacy=PrivacyConfig(mechanism=mechanism))
     start = initial_model(config, _digits()).state_dict()
     other = {name: tensor + 0.01 for name, tensor in start.items()}
     client = Client(0, 4, 1.0)

@@ -18,6 +18,7 @@ import client.client_app as client_app
 from client.durable.lifetime_ledger import LifetimeLedger
 from client.site import SitePolicy, node_secret, open_lifetime_ledger, public_reason
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import PrivacyConfig
 from dirichlet_fl.data.data_file import write_site_file
 from dirichlet_fl.data.loaders import load_dataset
 from dirichlet_fl.data.split import federated_split
@@ -137,7 +138,7 @@ def test_a_site_that_sets_no_policy_still_refuses_a_weaker_guarantee(
 
 def test_in_simulation_the_node_config_is_flowers_and_sets_no_policy() -> None:
     policy = SitePolicy.from_node_config({"partition-id": 0, "num-partitions": 2})
-    assert policy.refusal(RunConfig(mechanism="none", delta=0.001), 1.0) is None
+    assert policy.refusal(RunConfig(privacy=PrivacyConfig(mechanism="none", delta=0.001)), 1.0) is None
 
 
 def test_a_supernode_without_a_secret_dir_is_refused_unless_it_opts_out(on_a_supernode: None) -> None:

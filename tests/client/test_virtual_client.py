@@ -37,7 +37,7 @@ def test_the_node_trains_the_named_client_with_its_shard_and_its_ledger_file(tmp
     config = RunConfig.from_run_config(context.run_config)
     shard = client_shard(config.split_spec(CLIENTS), 4, torch.device("cpu"))
     assert first["partition-id"] == 4 and first["num-examples"] == 10 * round(shard.num_examples / 10)
-    assert first["sample-rate"] == float(f"{config.batch_size / shard.num_examples:.2g}")
+    assert first["sample-rate"] == float(f"{config.local.batch_size / shard.num_examples:.2g}")
     assert sorted(path.name for path in (tmp_path / "ledgers").glob("*.json")) == ["partition-4.json"]
     assert "privacy" not in context.state  # the node serves other clients: the ledger is the file alone
     client_app.train(message(context, 2, 1, tmp_path), context)  # another client on the same node

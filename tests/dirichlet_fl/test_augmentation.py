@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dirichlet_fl.config import DataConfig, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import DataConfig, NetworkConfig
 from dirichlet_fl.data.augmentation import augmentation, random_crop_flip
 
 
@@ -17,7 +18,7 @@ from dirichlet_fl.data.augmentation import augmentation, random_crop_flip
 def test_augmentation_is_on_for_the_sets_the_paper_augments_unless_the_run_says_otherwise(
     dataset: str, augment: str, expected: bool
 ) -> None:
-    chosen = augmentation(RunConfig(augment=augment, data=DataConfig(dataset=dataset)))
+    chosen = augmentation(RunConfig(data=DataConfig(dataset=dataset), network=NetworkConfig(augment=augment)))
     assert (chosen is random_crop_flip) if expected else chosen is None
 
 

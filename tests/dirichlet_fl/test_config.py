@@ -1,26 +1,17 @@
-"""The run config: pyproject defaults, coercion of --run-config values, and clear errors."""
+"""The run config: coercion of --run-config values, clear errors, and the checks it makes (pyproject's defaults:
+test_config_groups.py)."""
 
 from __future__ import annotations
-
-import tomllib
-from pathlib import Path
 
 import pytest
 
 from dirichlet_fl.config import RunConfig
-
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
-
-
-def test_pyproject_defaults_are_the_dataclass_defaults() -> None:
-    app_config = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
-    assert RunConfig.from_run_config(app_config) == RunConfig()
-    assert set(app_config) == set(RunConfig().to_run_config())
+from dirichlet_fl.config_groups import LocalTrainingConfig, PrivacyConfig
 
 
 def test_string_overrides_are_coerced() -> None:
     config = RunConfig.from_run_config({"num-server-rounds": "7", "target-epsilon": "2", "audit": "true"})
-    assert (config.num_server_rounds, config.target_epsilon, config.audit) == (7, 2.0, True)
+    assert (config.num_server_rounds, config.privacy.target_epsilon, config.output.audit) == (7, 2.0, True)
 
 
 @pytest.mark.parametrize(
@@ -76,17 +67,17 @@ def test_unknown_keys_are_refused_with_the_valid_ones() -> None:
 
 def test_per_client_budgets() -> None:
     config = RunConfig.from_run_config({"client-epsilons": "1, 2.5,4"})
-    assert [config.target_epsilon_for(i, 3) for i in range(3)] == [1.0, 2.5, 4.0]
+    assert [config.privacy.target_epsilon_for(i, 3) for i in range(3)] == [1.0, 2.5, 4.0]
     with pytest.raises(ValueError, match="exactly one target per client"):
-        config.target_epsilon_for(0, 4)
-    assert RunConfig(target_epsilon=3.0).target_epsilon_for(5, 10) == 3.0
+        config.privacy.target_epsilon_for(0, 4)
+    assert RunConfig(privacy=PrivacyConfig(target_epsilon=3.0)).privacy.target_epsilon_for(5, 10) == 3.0
 
 
 def test_budget_rounds_and_local_steps() -> None:
     assert RunConfig(num_server_rounds=10).budget_rounds == 10
     assert RunConfig(num_server_rounds=10, calibration_rounds=4).budget_rounds == 4
-    assert RunConfig(local_epochs=2.0).local_steps_per_round(0.01) == 200
-    assert RunConfig(local_steps=7).local_steps_per_round(0.01) == 7
+    assert RunConfig(local=LocalTrainingConfig(epochs=2.0)).local.steps_per_round(0.01) == 200
+    assert RunConfig(local=LocalTrainingConfig(steps=7)).local.steps_per_round(0.01) == 7
 
 
 def test_grouped_keys_land_in_their_sub_config_and_round_trip() -> None:
@@ -101,7 +92,7 @@ def test_grouped_keys_land_in_their_sub_config_and_round_trip() -> None:
 def test_batch_norm_with_dpsgd_is_refused_before_any_client_tries() -> None:
     with pytest.raises(ValueError, match="allow-batch-norm=true is invalid with mechanism='dpsgd'"):
         RunConfig.from_run_config({"mechanism": "dpsgd", "allow-batch-norm": True})
-    assert RunConfig.from_run_config({"mechanism": "dirichlet", "allow-batch-norm": True}).allow_batch_norm
+    assert RunConfig.from_run_config({"mechanism": "dirichlet", "allow-batch-norm": True}).network.allow_batch_norm
 
 
 @pytest.mark.parametrize(
@@ -156,7 +147,7 @@ def test_a_run_stores_the_optimizer_rate_and_warmup_it_trains_with_and_an_older_
 
 def test_the_default_model_is_the_data_sets_own_and_config_json_names_it() -> None:
     """Issue 29 item 7: dataset='synthetic' alone chooses softmax regression; a named image model is still refused."""
-    assert RunConfig.from_run_config({"dataset": "synthetic"}).model == "logreg"
+    assert RunConfig.from_run_config({"dataset": "synthetic"}).network.name == "logreg"
     assert RunConfig.from_run_config({"dataset": "synthetic"}).resolved_run_config()["model"] == "logreg"
     assert RunConfig.from_run_config({}).resolved_run_config()["model"] == "cnn"  # the default job, as before
     with pytest.raises(ValueError, match="model='cnn' with dataset='synthetic'"):

@@ -11,6 +11,7 @@ import torch
 from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import OutputConfig
 from dirichlet_fl.runs.reader import load_round_updates
 from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
@@ -28,7 +29,7 @@ def weights(value: float) -> ArrayRecord:
 
 
 def test_each_round_is_on_disk_before_the_next(tmp_path) -> None:
-    config = RunConfig(results_dir=str(tmp_path), run_name="run")
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run"))
     writer = RunWriter.create(config, num_clients=2, covers="the outputs")
     first = RoundRecord(
         1, trained={0: trained(0, 0.5, 10), 1: trained(1, 0.4, 5)}, central={"accuracy": 0.5, "loss": 1.0}
@@ -61,26 +62,26 @@ def test_each_round_is_on_disk_before_the_next(tmp_path) -> None:
 
 
 def test_a_second_run_with_the_same_name_gets_its_own_folder(tmp_path) -> None:
-    config = RunConfig(results_dir=str(tmp_path), run_name="same")
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="same"))
     first = RunWriter.create(config, 1, "x").directory
     second = RunWriter.create(config, 1, "x").directory
     assert first != second and first.is_dir() and second.is_dir()
 
 
 def test_clients_that_never_trained_report_zero_and_no_rate(tmp_path) -> None:
-    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path)), 1, "x")
+    writer = RunWriter.create(RunConfig(output=OutputConfig(results_dir=str(tmp_path))), 1, "x")
     summary = writer.finish({"accuracy": 0.1, "loss": 2.3}, assumptions_hold=False)
     assert summary["clients"][0]["epsilon"] == 0.0 and summary["clients"][0]["sample_rate"] is None
     assert summary["accountant_assumptions_hold"] is False
 
 
 def test_resume_cuts_rows_past_the_checkpoint_and_restores_every_ledger(tmp_path) -> None:
-    config = RunConfig(results_dir=str(tmp_path), run_name="run")
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run"))
     writer = RunWriter.create(config, num_clients=2, covers="x")
     writer.record_round(RoundRecord(1, trained={0: trained(0, 0.5, 10)}), weights(1.0), {"exhausted": [1]})
     with open(tmp_path / "run" / "rounds.csv", "a") as handle:  # a kill after round 2's rows, before its checkpoint
         handle.write("2,0.5,1.0,,,1.0,1,0,0,0.6,3.0\n")
-    resumed = RunConfig(results_dir=str(tmp_path), resume_from=str(tmp_path / "run"), device="cpu")
+    resumed = RunConfig(device="cpu", output=OutputConfig(results_dir=str(tmp_path), resume_from=str(tmp_path / "run")))
     again, checkpoint = RunWriter.resume(resumed, 2, "x")
     assert checkpoint["round"] == 1 and checkpoint["strategy"] == {"exhausted": [1]}
     assert torch.equal(checkpoint["weights"]["w"], torch.full((2,), 1.0))
@@ -93,7 +94,7 @@ def test_resume_cuts_rows_past_the_checkpoint_and_restores_every_ledger(tmp_path
 @pytest.mark.parametrize(("key", "value"), [("batch-size", 16), ("mechanism", "dpsgd"), ("partitioner", "iid"),
                                             ("seed", 1), ("dataset", "mnist"), ("num-server-rounds", 20)])
 def test_resume_refuses_a_config_that_changes_the_accounting(tmp_path, key: str, value) -> None:
-    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), 1, "x")
+    writer = RunWriter.create(RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run")), 1, "x")
     writer.record_round(RoundRecord(1), weights(1.0), {})
     changed = RunConfig.from_run_config({key: value, "resume-from": str(tmp_path / "run")})
     with pytest.raises(ValueError, match=f"^{key}="):
@@ -101,18 +102,18 @@ def test_resume_refuses_a_config_that_changes_the_accounting(tmp_path, key: str,
 
 
 def test_resume_without_a_checkpoint_or_with_a_corrupt_config_names_the_file(tmp_path) -> None:
-    RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), 1, "x")
+    RunWriter.create(RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run")), 1, "x")
     with pytest.raises(ValueError, match="checkpoint.pt"):
-        RunWriter.resume(RunConfig(resume_from=str(tmp_path / "run")), 1, "x")
-    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="two"), 1, "x")
+        RunWriter.resume(RunConfig(output=OutputConfig(resume_from=str(tmp_path / "run"))), 1, "x")
+    writer = RunWriter.create(RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="two")), 1, "x")
     writer.record_round(RoundRecord(1), weights(1.0), {})
     (tmp_path / "two" / "config.json").write_text("{\n")
     with pytest.raises(ValueError, match="config.json is corrupt"):
-        RunWriter.resume(RunConfig(resume_from=str(tmp_path / "two")), 1, "x")
+        RunWriter.resume(RunConfig(output=OutputConfig(resume_from=str(tmp_path / "two"))), 1, "x")
 
 
 def test_a_failed_append_leaves_no_partial_row(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), 1, "x")
+    writer = RunWriter.create(RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run")), 1, "x")
     before = (tmp_path / "run" / "rounds.csv").read_text()
     import dirichlet_fl.files
 
@@ -135,7 +136,8 @@ def test_a_failed_append_leaves_no_partial_row(tmp_path, monkeypatch: pytest.Mon
 def test_the_ledger_holds_events_only_and_the_summary_every_client(tmp_path) -> None:
     """A client that was not sampled writes no row (10,000 clients sampled 10 at a time write 10 rows a
     round); a skipped client one row at round 0; summary.json still lists every client."""
-    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), num_clients=4, covers="x")
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run"))
+    writer = RunWriter.create(config, num_clients=4, covers="x")
     writer.record_skipped({3: "too few examples"})
     writer.record_round(RoundRecord(1, trained={1: trained(1, 0.2, 4)}, failed={2: "boom"}), weights(1.0), {})
     writer.record_round(RoundRecord(2, trained={0: trained(0, 0.3, 4)}), weights(2.0), {})
@@ -149,7 +151,7 @@ def test_the_ledger_holds_events_only_and_the_summary_every_client(tmp_path) -> 
 
 
 def test_kept_updates_hold_the_sent_weights_and_each_trainers_difference(tmp_path) -> None:
-    config = RunConfig(results_dir=str(tmp_path), run_name="run", keep_updates=True)
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run", keep_updates=True))
     writer = RunWriter.create(config, num_clients=2, covers="the outputs")
     for server_round in (1, 2):
         record = RoundRecord(server_round, trained={0: trained(0, 0.5, 10)}, sent=weights(1.0),
@@ -163,7 +165,8 @@ def test_kept_updates_hold_the_sent_weights_and_each_trainers_difference(tmp_pat
 
 
 def test_updates_are_not_kept_unless_asked(tmp_path) -> None:
-    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="run"), num_clients=1, covers="x")
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run"))
+    writer = RunWriter.create(config, num_clients=1, covers="x")
     writer.record_round(RoundRecord(1, trained={0: trained(0, 0.5, 10)}, sent=weights(1.0), returned={0: weights(2.0)}),
                         weights(2.0), {})
     assert not (tmp_path / "run" / "updates").exists()
@@ -175,7 +178,8 @@ def test_a_hundred_thousand_clients_keep_ledgers_for_the_sampled_only_and_list_t
     from dirichlet_fl.runs.reader import read_summary
     from dirichlet_fl.runs.writer import CLIENTS_FILE, CLIENTS_IN_SUMMARY
 
-    writer = RunWriter.create(RunConfig(results_dir=str(tmp_path), run_name="big"), num_clients=100_000, covers="x")
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="big"))
+    writer = RunWriter.create(config, num_clients=100_000, covers="x")
     record = RoundRecord(1, trained={99_999: trained(99_999, 0.5, 4), 7: trained(7, 0.25, 4)},
                          refused={3: "budget spent"}, spent={3})
     writer.record_round(record, weights(1.0), {})

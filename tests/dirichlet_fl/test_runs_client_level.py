@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from dirichlet_fl.config import ClientDpConfig, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import ClientDpConfig, OutputConfig
 from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
 
 def test_the_run_folder_labels_the_client_level_eps(tmp_path: Path) -> None:
-    config = RunConfig(results_dir=str(tmp_path), run_name="dp", client_level=ClientDpConfig(mode="central"))
+    config = RunConfig(client_level=ClientDpConfig(mode="central"),
+                       output=OutputConfig(results_dir=str(tmp_path), run_name="dp"))
     writer = RunWriter.create(config, 2, "per example")
     record = RoundRecord(1, trained={0: {"epsilon": 0.5, "steps": 3, "target-epsilon": 1.0, "sample-rate": 0.1,
                                          "num-examples": 10, "train-loss": 1.0}},

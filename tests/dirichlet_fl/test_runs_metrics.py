@@ -11,6 +11,7 @@ import torch
 from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import OutputConfig
 from dirichlet_fl.metrics import ClassCounts, dead_class_note
 from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
@@ -34,7 +35,8 @@ def rows(directory: Path) -> list[dict[str, str]]:
 
 
 def new_writer(tmp_path: Path, dead_class_rounds: int = 2) -> RunWriter:
-    config = RunConfig(results_dir=str(tmp_path), run_name="run", dead_class_rounds=dead_class_rounds)
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run",
+                                           dead_class_rounds=dead_class_rounds))
     return RunWriter.create(config, 1, "x", num_classes=CLASSES)
 
 
@@ -71,7 +73,8 @@ def test_dead_class_streaks_last_across_rounds_and_a_resume(tmp_path: Path) -> N
     with open(writer.directory / "rounds.csv", "a") as handle:  # a kill after round 3's rows, before its checkpoint
         csv.DictWriter(handle, list(killed), lineterminator="\n").writerow(killed)
 
-    resumed = RunConfig(results_dir=str(tmp_path), resume_from=str(writer.directory), dead_class_rounds=2)
+    resumed = RunConfig(output=OutputConfig(results_dir=str(tmp_path), resume_from=str(writer.directory),
+                                            dead_class_rounds=2))
     again, _ = RunWriter.resume(resumed, 1, "x", num_classes=CLASSES)
     assert again.dead_classes() == {2: (1, 2)}  # replayed from the kept rows; the cut round 3 does not count
     again.record_round(record(3, (10, 0, 0)), ArrayRecord({"w": torch.zeros(2)}), {})

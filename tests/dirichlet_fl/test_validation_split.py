@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from dirichlet_fl.config import DataConfig, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import DataConfig
 from dirichlet_fl.data.loaders import load_dataset
 from dirichlet_fl.data.split import federated_split
 

@@ -162,8 +162,8 @@ def test_secure_rng_is_a_run_config_key_and_the_summary_says_secure() -> None:
     from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED, NOISE_SECURE
     from dirichlet_fl.runs.writer import RoundRecord
 
-    assert RunConfig.from_run_config({"secure-rng": "true", "mechanism": "dpsgd"}).secure_rng
-    assert not RunConfig().secure_rng
+    assert RunConfig.from_run_config({"secure-rng": "true", "mechanism": "dpsgd"}).randomness.secure_rng
+    assert not RunConfig().randomness.secure_rng
     with pytest.raises(ValueError, match="secure-rng='maybe' is invalid"):
         RunConfig.from_run_config({"secure-rng": "maybe"})
     record = RoundRecord(1, trained={0: {"secure-rng": 1, "node-secret": 1}, 1: {"node-secret": 1}, 2: {}})

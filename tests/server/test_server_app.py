@@ -12,6 +12,7 @@ from flwr.app import ArrayRecord
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import OutputConfig, PrivacyConfig
 from dirichlet_fl.data.split import federated_split
 from dirichlet_fl.metrics import ClassCounts
 from dirichlet_fl.models.run_model import initial_model
@@ -39,7 +40,8 @@ def test_the_central_evaluator_returns_balanced_accuracy_macro_auc_and_every_rec
 
 def _finished(tmp_path: Path, mechanism: str, hits: tuple[int, ...],
               predicted: int = 3) -> tuple[RunConfig, dict, dict, RunWriter]:
-    config = RunConfig(results_dir=str(tmp_path), run_name=mechanism, mechanism=mechanism, dead_class_rounds=1)
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name=mechanism, dead_class_rounds=1),
+                       privacy=PrivacyConfig(mechanism=mechanism))
     writer = RunWriter.create(config, 1, MECHANISMS[mechanism].covers, num_classes=len(hits))
     metrics = {"accuracy": 0.7, "loss": 0.9, "macro_auc": 0.8, "predicted_classes": predicted,
                **ClassCounts(hits, (10,) * len(hits)).metrics()}

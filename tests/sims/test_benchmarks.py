@@ -17,7 +17,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 from cli import bench
 from cli.main import OneLineErrorParser
 from dirichlet_fl.client_plan import too_small_to_train
-from dirichlet_fl.config import DataConfig, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import DataConfig, LocalTrainingConfig
 from dirichlet_fl.data.split import federated_split
 from sims.fedavg_loop import FedAvgLoop
 from strategies.private import PrivateStrategy
@@ -184,9 +185,9 @@ def test_accuracy_presets_map_onto_the_study() -> None:
     quick = study_args(parser.parse_args(["--quick", "--seeds", "2"]))
     app = RunConfig()
     assert (quick.dataset, quick.model, quick.rounds, quick.batch_size) == (
-        app.data.dataset, app.model, app.num_server_rounds, app.batch_size)
+        app.data.dataset, app.network.name, app.num_server_rounds, app.local.batch_size)
     assert (quick.seeds, quick.epsilons, quick.learning_rate, quick.dirichlet_weighting) == (
-        2, "1,4", app.training.rate, app.dirichlet_weighting)
+        2, "1,4", app.training.rate, app.privacy.dirichlet_weighting)
 
     from sims.study.plan import Study
 
@@ -242,8 +243,8 @@ def test_loop_samples_the_clients_the_strategy_samples(fraction: float) -> None:
 def test_loop_leaves_out_clients_too_small_to_train_as_the_server_does() -> None:
     """A label-skewed split with a client holding <= batch-size examples: the app's server never samples
     it (too_small_to_train); the loop must not either, rather than count it as a failed client."""
-    config = RunConfig(data=DataConfig(partitioner="dirichlet", beta=0.05), batch_size=60, num_server_rounds=1,
-                       local_steps=1, fraction_evaluate=0.0, seed=3)
+    config = RunConfig(data=DataConfig(partitioner="dirichlet", beta=0.05), num_server_rounds=1, fraction_evaluate=0.0,
+                       seed=3, local=LocalTrainingConfig(batch_size=60, steps=1))
     small = set(too_small_to_train(config, federated_split(config.split_spec(10))))
     assert small and len(small) < 10  # the split has both kinds
     loop = FedAvgLoop(config, 10)

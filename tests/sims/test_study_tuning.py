@@ -137,7 +137,7 @@ def test_a_given_rate_flag_skips_tuning_for_its_mechanism(tmp_path: Path, monkey
     tuned: list[str] = []
 
     def spy(config: RunConfig, clients: int) -> LoopResult:
-        tuned.append(config.mechanism)
+        tuned.append(config.privacy.mechanism)
         return run_fedavg(config, clients)
 
     monkeypatch.setattr(study_tuning, "run_fedavg", spy)

@@ -19,7 +19,7 @@ from flwr.app import Context, RecordDict
 from flwr.common.config import get_fused_config_from_dir
 
 from client.client_app import app as client_app
-from dirichlet_fl.config import STRATEGIES
+from dirichlet_fl.config_groups import STRATEGIES
 from dirichlet_fl.simulation import APP_DIR
 from server.server_app import main as server_main
 from sims.bench.secagg import InProcessGrid

@@ -15,7 +15,8 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.serverapp import strategy as flower
 
-from dirichlet_fl.config import CLIENT_DP, SECURE_AGGREGATION, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import CLIENT_DP, SECURE_AGGREGATION
 from strategies.build import CLIENT_DP as CLIENT_DP_WRAPPERS
 from strategies.build import TRANSPORTS, build_strategy
 from strategies.client_dp import ClientLevelDp

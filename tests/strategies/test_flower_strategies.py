@@ -12,7 +12,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi
 
-from dirichlet_fl.config import STRATEGIES, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import STRATEGIES
 from strategies.flower_strategies import (
     FLOWER_STRATEGIES,
     SERVER_OPTIMIZER,

@@ -8,6 +8,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
 from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import OutputConfig
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED, SETUP_FAILED, TRAINING_FAILED
 from dirichlet_fl.runs.writer import RoundRecord
 from strategies.private import PrivateStrategy
@@ -17,7 +18,9 @@ set_task_identity()
 
 
 def strategy(seed: int, fraction: float = 0.5, max_idle: int = 2) -> PrivateStrategy:
-    s = PrivateStrategy(RunConfig(seed=seed, fraction_train=fraction, fraction_evaluate=0.0, max_idle_rounds=max_idle))
+    config = RunConfig(seed=seed, fraction_train=fraction, fraction_evaluate=0.0,
+                       output=OutputConfig(max_idle_rounds=max_idle))
+    s = PrivateStrategy(config)
     s.partition_of = {node: partition for partition, node in enumerate([9001, 17, 4242, 5, 777, 31337])}
     return s
 
@@ -122,7 +125,7 @@ def test_the_run_stops_when_no_client_can_train() -> None:
 
 
 def test_with_keep_updates_the_round_record_holds_what_the_coordinator_saw() -> None:
-    s = PrivateStrategy(RunConfig(fraction_evaluate=0.0, keep_updates=True))
+    s = PrivateStrategy(RunConfig(fraction_evaluate=0.0, output=OutputConfig(keep_updates=True)))
     s.partition_of = {17: 0, 5: 1}
     sent = ArrayRecord({"w": torch.zeros(3)})
     messages = {s.partition_of[m.metadata.dst_node_id]: m
