@@ -249,8 +249,10 @@ def _check_site_data(sites: list[Site], config: RunConfig) -> str | None:
 
     checked: set[str] = set()
     for site in sites:
-        policy = SitePolicy.from_node_config(site.node_config)
+        policy = SitePolicy.from_node_config(site.node_config, deployment=True)
         site_config = policy.site_config(config)
+        if policy.path_refusal(config) is not None:
+            continue  # the site refuses the run itself, and reports why
         if policy.data_file or config.data.dataset == SYNTHETIC or site_config.data.root in checked:
             continue
         checked.add(site_config.data.root)
