@@ -105,6 +105,27 @@ def seeded_sample(key: tuple[int, str, int], ordered: list[int], population: int
     return random.Random(f"{seed}/{purpose}/{server_round}").sample(ordered, size)
 
 
+def offer(configure: Callable[..., Iterable[Message]], server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+          clients: list[int], eligible: int) -> dict[int, RecordDict]:
+    """The content a wrapped strategy's `configure` (configure_train or configure_evaluate) gives each of
+    `clients`, offered to it as the only nodes there are; the global `random` it samples with is left
+    untouched. A strategy that leaves an offered client out breaks the seeded sample: refused. (The plain
+    loop, sims/fedavg_loop.py, offers its clients the same way.)"""
+    config["server-round"] = server_round
+    state = random.getstate()
+    FLOWER_LOGGER.addFilter(_OFFERED_SAMPLE_LOG)
+    try:
+        offered = list(configure(server_round, arrays, config, OfferedClients(clients, eligible)))
+    finally:
+        FLOWER_LOGGER.removeFilter(_OFFERED_SAMPLE_LOG)
+        random.setstate(state)
+    contents = {message.metadata.dst_node_id: message.content for message in offered}
+    if sorted(contents) != sorted(clients):
+        raise RuntimeError(f"the wrapped strategy asked clients {sorted(contents)} of {sorted(clients)}: it must "
+                           "ask every client it is offered (build it with fraction 1)")
+    return contents
+
+
 @dataclass(frozen=True)
 class RunResult:
     """How PrivateStrategy.run ended: the final global weights, the run's status (runs.writer.COMPLETED or
@@ -276,25 +297,6 @@ class PrivateStrategy(Strategy):
         population = self.num_partitions if self.nodes else max(self.num_partitions, len(self.partition_of))
         return seeded_sample((self.config.seed, purpose, server_round), sorted(eligible), population, fraction)
 
-    def _offer(self, configure: Callable[..., Iterable[Message]], server_round: int, arrays: ArrayRecord,
-               config: ConfigRecord, clients: list[int], eligible: int) -> dict[int, RecordDict]:
-        """The content the wrapped strategy's `configure` (configure_train or configure_evaluate) gives each
-        of `clients`, offered to it as the only nodes there are; the global `random` it samples with is left
-        untouched. A strategy that leaves an offered client out breaks the seeded sample: refused."""
-        config["server-round"] = server_round
-        state = random.getstate()
-        FLOWER_LOGGER.addFilter(_OFFERED_SAMPLE_LOG)
-        try:
-            offered = list(configure(server_round, arrays, config, OfferedClients(clients, eligible)))
-        finally:
-            FLOWER_LOGGER.removeFilter(_OFFERED_SAMPLE_LOG)
-            random.setstate(state)
-        contents = {message.metadata.dst_node_id: message.content for message in offered}
-        if sorted(contents) != sorted(clients):
-            raise RuntimeError(f"the wrapped strategy asked clients {sorted(contents)} of {sorted(clients)}: it must "
-                               "ask every client it is offered (build it with fraction 1)")
-        return contents
-
     def _messages(self, contents: dict[int, RecordDict], clients: list[int], message_type: str) -> list[Message]:
         """One message per client: to its node, or (virtual) dealt round-robin to the SuperNodes, naming the
         client and the server's code in its own copy of the config."""
@@ -326,7 +328,7 @@ class PrivateStrategy(Strategy):
             return []
         self.sent = arrays
         clients = self._sample(server_round, self.config.fraction_train, eligible, "train")
-        contents = self._offer(self.strategy.configure_train, server_round, arrays, config, clients, len(eligible))
+        contents = offer(self.strategy.configure_train, server_round, arrays, config, clients, len(eligible))
         return self.transport.checked(server_round, self._messages(contents, clients, MessageType.TRAIN))
 
     def skip(self, partitions: set[int]) -> None:
@@ -345,7 +347,7 @@ class PrivateStrategy(Strategy):
             return []
         population = list(self.clients)
         clients = self._sample(server_round, self.config.fraction_evaluate, population, "evaluate")
-        contents = self._offer(self.strategy.configure_evaluate, server_round, arrays, config, clients,
+        contents = offer(self.strategy.configure_evaluate, server_round, arrays, config, clients,
                                len(population))
         return self._messages(contents, clients, MessageType.EVALUATE)
 
