@@ -93,7 +93,7 @@ def in_process_identity() -> None:
     """Give this process the task identity Flower's Message needs (a SuperLink's run 1), unless it has one:
     the loop builds the strategy's messages itself."""
     try:
-        TaskIdentity.run_id
+        _ = TaskIdentity.run_id
     except RuntimeError:
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
 
