@@ -98,7 +98,7 @@ def _scale_options(parser: argparse.ArgumentParser) -> None:
 def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench accuracy`, a preset of `dirichlet-fl study` (defaults: the full sweep; an option
     not given is None here and filled by sims.study.bench_preset: from --quick, else the bench's default)."""
-    from cli.study import rate_flags
+    from cli.study import rate_flags, strategy_flags
     from dirichlet_fl.models.norms import MODELS
     from privacy.registry import BASELINE_FIRST
     from sims.study.bench_preset import DEFAULTS, SPLITS
@@ -128,6 +128,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     add("--optimizers", help="comma-separated optimizers, each a study axis with its own rate grid: sgd, adam "
         "(default: the network's own, as `dirichlet-fl study`)")
     rate_flags(parser, add, grid_text(DEFAULT_GRID, BASELINE_FIRST), grid_text(ADAM_GRID, BASELINE_FIRST))
+    strategy_flags(add)
     add("--learning-rate-mode", choices=["effective", "adaptive"],
         help="the Dirichlet clients' rate rule (the app's learning-rate-mode)")
     parser.add_argument("--validation", action="store_true",

@@ -89,6 +89,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
              "network's own, dirichlet_fl.models.recipes: sgd for lenet and cnn, adam for lenet with GroupNorm and "
              "resnet9)")
     rate_flags(parser, add, grid_text(DEFAULT_GRID, d.mechanisms), grid_text(ADAM_GRID, d.mechanisms))
+    strategy_flags(add)
     add("--learning-rate-mode", default=d.learning_rate_mode, choices=["effective", "adaptive"],
         help="the Dirichlet clients' rate rule (the app's learning-rate-mode; default effective)")
     add("--validation", action="store_true", help="evaluate the cells on 20%% of the training data, not the test set")
@@ -126,6 +127,23 @@ def rate_flags(parser: argparse.ArgumentParser, add: Callable[..., None], grid: 
     add("--rate-extension-steps", type=int, default=2,
         help="when the rate chosen is the only good one and at an end of its grid, try one more geometric step "
              "that way, up to this many each way (default 2; 0: never; tuning.csv's `extension` column)")
+
+
+def strategy_flags(add: Callable[..., None]) -> None:
+    """--strategies, --server-rate-grid and --proximal-mu (shared with the `bench accuracy` preset)."""
+    from dirichlet_fl.config import STRATEGIES
+    from sims.study.plan import DEFAULT_PROXIMAL_MU, SERVER_RATE_STRATEGIES
+    from sims.study.tuning import SERVER_GRID, server_grid_text
+
+    add("--strategies", default="fedavg",
+        help=f"comma-separated server strategies, each a study axis (Flower's own class): {', '.join(STRATEGIES)} "
+             "(default fedavg)")
+    add("--server-rate-grid", default="", metavar="STRATEGY=R1/R2,...",
+        help=f"server rates tried per strategy with one ({', '.join(SERVER_RATE_STRATEGIES)}; default "
+             f"{server_grid_text(SERVER_GRID, SERVER_RATE_STRATEGIES)}): each is tuned with the client rate on the "
+             "validation split, one run per (client rate, server rate) pair")
+    add("--proximal-mu", type=float, default=DEFAULT_PROXIMAL_MU,
+        help=f"FedProx's mu, fixed (the app's proximal-mu; default {DEFAULT_PROXIMAL_MU:g})")
 
 
 def execute(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:

@@ -3,20 +3,27 @@
 Why: to measure what Flower and Ray add per round (sims/bench/simulation.py), and to run accuracy sweeps
 on a 2-core machine, where a Ray start-up per run would cost more than the training. The same as the
 app: the split, shards and initial model, each client's round (client.round.train_round), the
-strategy's seeded sampling without spent clients, Flower's example-weighted aggregate_arrayrecords, and
-central and client-side evaluation every round. What differs: no messages, no serialisation, no Ray
-actors, and clients train one after another.
+strategy's seeded sampling without spent clients, the aggregation of the run's `strategy` by Flower's own
+class (strategies/flower_strategies.py: FedAvg's example-weighted mean, FedAvgM's server momentum, FedAdam's,
+FedYogi's and FedAdagrad's server steps), offered the sampled clients and handed their updates in
+partition-id order and cast back to the model's dtypes as the private wrapper does (strategies/private.py),
+and central and client-side evaluation every round. What differs: no messages cross a wire (the strategy's
+are built in this process), no serialisation, no Ray actors, and clients train one after another.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from flwr.app import ArrayRecord, MetricRecord, RecordDict
-from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.common.logger import FLOWER_LOGGER
+from flwr.supercore.task_identity import TaskIdentity
 from torch import Tensor, nn
 
 from client.round import Client, shard_of, train_round
@@ -28,7 +35,9 @@ from dirichlet_fl.device import resolve_device
 from dirichlet_fl.metrics import evaluate, evaluate_model, true_class_confidence
 from dirichlet_fl.models.run_model import initial_model
 from dirichlet_fl.protocol import BUDGET_EXHAUSTED
+from strategies.flower_strategies import flower_strategy
 from strategies.sampling import seeded_sample
+from strategies.wrapped import ARRAYS, in_dtypes_of, offer, one_reply
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,26 @@ def _federated_accuracy(config: RunConfig, model: nn.Module, clients: list[int],
     return correct / total if total else math.nan
 
 
+def in_process_identity() -> None:
+    """Give this process the task identity Flower's Message needs (a SuperLink's run 1), unless it has one:
+    the loop builds the strategy's messages itself."""
+    try:
+        _ = TaskIdentity.run_id
+    except RuntimeError:
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
+
+
+@contextmanager
+def quiet_flower() -> Iterator[None]:
+    """Flower's INFO lines per strategy call ("aggregate_train: Received ...") silenced: a study runs thousands."""
+    level = FLOWER_LOGGER.level
+    FLOWER_LOGGER.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        FLOWER_LOGGER.setLevel(level)
+
+
 class FedAvgLoop:
     """The federated run of the app, one round at a time (see the module docstring)."""
 
@@ -94,11 +123,17 @@ class FedAvgLoop:
         device = resolve_device(config.device)
         self.model = initial_model(config, data).to(device)
         self.test_x, self.test_y = data.test_x.to(device), data.test_y.to(device)
+        self.strategy = flower_strategy(config.strategy)
+        """Flower's class for the run's `strategy`: it aggregates, keeping its server optimizer's state."""
+        self.sent = ArrayRecord()
+        """The global weights sent in the current round (the strategy's aggregate is cast to their dtypes)."""
+        in_process_identity()
         self.saved: dict[int, dict[str, object]] = {}
         self.epsilons: dict[int, float] = {}
         self.parameters: dict[int, dict[str, float]] = {}
         self.exhausted: set[int] = set()
         self.failures: dict[int, str] = {}
+        self.round = 0
         sits_out = not shards and config.data.dataset != SYNTHETIC
         self.skipped: set[int] = set(too_small_to_train(config, split)) if sits_out else set()
         """Clients whose shard is not larger than a batch: never sampled, as the app's server skips them."""
@@ -116,6 +151,9 @@ class FedAvgLoop:
         chosen = seeded_sample((self.config.seed, "train", server_round), eligible, self.num_clients,
                                self.config.fraction_train)
         global_state = self.model.state_dict()
+        self.sent = ArrayRecord(global_state)
+        with quiet_flower():  # as PrivateStrategy.configure_train: FedAvgM and FedOpt note the weights sent
+            offer(self.strategy.configure_train, server_round, self.sent, ConfigRecord(), sorted(chosen), len(eligible))
         updates, refused, failed = [], 0, 0
         for partition_id in sorted(chosen):  # partition order: the strategy averages in this order
             outcome = train_round(self.config, self._client(partition_id), self.saved.get(partition_id),
@@ -132,19 +170,27 @@ class FedAvgLoop:
                 failed += 1
             else:
                 metrics = MetricRecord({"num-examples": outcome.metrics["num-examples"]})
-                updates.append(RecordDict({"arrays": ArrayRecord(outcome.weights), "metrics": metrics}))
+                updates.append(RecordDict({ARRAYS: ArrayRecord(outcome.weights), "metrics": metrics}))
                 if not outcome.metrics["can-continue"]:
                     self.exhausted.add(partition_id)
         return updates, refused, failed
 
     def aggregate(self, updates: list[RecordDict], sampled: int) -> dict[str, Tensor]:
-        """The new global weights from the round's updates (of `sampled` clients asked): the
-        example-weighted mean, as the app's fedavg; sims/client_dp_sweep.py overrides it with DP-FedAvg's."""
-        return aggregate_arrayrecords(updates, "num-examples").to_torch_state_dict()
+        """The new global weights from the round's updates (of `sampled` clients asked, in partition-id order):
+        the strategy's aggregate_train of them as replies, in the dtypes of the weights sent, as the app's
+        PrivateStrategy; sims/client_dp_sweep.py overrides it with DP-FedAvg's."""
+        replies = [one_reply(update.array_records[ARRAYS], dict(update.metric_records["metrics"]))
+                   for update in updates]
+        with quiet_flower():
+            arrays, _ = self.strategy.aggregate_train(self.round, replies)
+        if arrays is None:
+            raise RuntimeError(f"strategy {self.config.strategy.name} aggregated {len(updates)} updates to nothing")
+        return in_dtypes_of(arrays, self.sent).to_torch_state_dict()
 
     def run_round(self, server_round: int) -> LoopRound | None:
         """Train, aggregate, evaluate; None when no client can train."""
         start = time.perf_counter()
+        self.round = server_round
         outcome = self._round_updates(server_round)
         if outcome is None:
             return None

@@ -52,7 +52,6 @@ The wrapper decides everything else, the same under every strategy:
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -60,7 +59,7 @@ from logging import INFO, WARNING
 from typing import Any, Protocol, cast
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
-from flwr.common.logger import FLOWER_LOGGER, log
+from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
@@ -80,7 +79,7 @@ from strategies.flower_strategies import flower_strategy, load_strategy_state, s
 from strategies.message_exchange import send_and_receive
 from strategies.replies import NODE_UNAVAILABLE, attribute_replies, exchange
 from strategies.sampling import seeded_sample
-from strategies.wrapped import ARRAYS, CLIENT_LEVEL_PREFIX, CONFIG, OFFERED_SAMPLE_LOG, OfferedClients, in_dtypes_of
+from strategies.wrapped import ARRAYS, CLIENT_LEVEL_PREFIX, CONFIG, in_dtypes_of, offer
 
 JOIN_PATIENCE_S = 60.0
 """discover() waits this long after the last node joined for the partitions still missing, then goes on
@@ -258,25 +257,6 @@ class PrivateStrategy(Strategy):
         population = self.num_partitions if self.nodes else max(self.num_partitions, len(self.partition_of))
         return seeded_sample((self.config.seed, purpose, server_round), sorted(eligible), population, fraction)
 
-    def _offer(self, configure: Callable[..., Iterable[Message]], server_round: int, arrays: ArrayRecord,
-               config: ConfigRecord, clients: list[int], eligible: int) -> dict[int, RecordDict]:
-        """The content the wrapped strategy's `configure` (configure_train or configure_evaluate) gives each
-        of `clients`, offered to it as the only nodes there are; the global `random` it samples with is left
-        untouched. A strategy that leaves an offered client out breaks the seeded sample: refused."""
-        config["server-round"] = server_round
-        state = random.getstate()
-        FLOWER_LOGGER.addFilter(OFFERED_SAMPLE_LOG)
-        try:
-            offered = list(configure(server_round, arrays, config, OfferedClients(clients, eligible)))
-        finally:
-            FLOWER_LOGGER.removeFilter(OFFERED_SAMPLE_LOG)
-            random.setstate(state)
-        contents = {message.metadata.dst_node_id: message.content for message in offered}
-        if sorted(contents) != sorted(clients):
-            raise RuntimeError(f"the wrapped strategy asked clients {sorted(contents)} of {sorted(clients)}: it must "
-                               "ask every client it is offered (build it with fraction 1)")
-        return contents
-
     def _messages(self, contents: dict[int, RecordDict], clients: list[int], message_type: str) -> list[Message]:
         """One message per client: to its node, or (virtual) dealt round-robin to the SuperNodes, naming the
         client and the server's code in its own copy of the config."""
@@ -308,7 +288,7 @@ class PrivateStrategy(Strategy):
             return []
         self.sent = arrays
         clients = self._sample(server_round, self.config.fraction_train, eligible, "train")
-        contents = self._offer(self.strategy.configure_train, server_round, arrays, config, clients, len(eligible))
+        contents = offer(self.strategy.configure_train, server_round, arrays, config, clients, len(eligible))
         return self.transport.checked(server_round, self._messages(contents, clients, MessageType.TRAIN))
 
     def skip(self, partitions: set[int]) -> None:
@@ -327,7 +307,7 @@ class PrivateStrategy(Strategy):
             return []
         population = list(self.clients)
         clients = self._sample(server_round, self.config.fraction_evaluate, population, "evaluate")
-        contents = self._offer(self.strategy.configure_evaluate, server_round, arrays, config, clients,
+        contents = offer(self.strategy.configure_evaluate, server_round, arrays, config, clients,
                                len(population))
         return self._messages(contents, clients, MessageType.EVALUATE)
 

@@ -10,11 +10,13 @@ SecAgg+ transport (strategies/secagg_plus.py) speak the same terms.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import random
+from collections.abc import Callable, Iterable
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.common.logger import FLOWER_LOGGER
 from flwr.serverapp import Grid
 
 from dirichlet_fl.protocol import Metrics
@@ -98,3 +100,24 @@ class OfferedSampleLog(logging.Filter):
 
 
 OFFERED_SAMPLE_LOG = OfferedSampleLog()
+
+
+def offer(configure: Callable[..., Iterable[Message]], server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+          clients: list[int], eligible: int) -> dict[int, RecordDict]:
+    """The content a wrapped strategy's `configure` (configure_train or configure_evaluate) gives each of
+    `clients`, offered to it as the only nodes there are; the global `random` it samples with is left
+    untouched. A strategy that leaves an offered client out breaks the seeded sample: refused. (The plain
+    loop, sims/fedavg_loop.py, offers its clients the same way.)"""
+    config["server-round"] = server_round
+    state = random.getstate()
+    FLOWER_LOGGER.addFilter(OFFERED_SAMPLE_LOG)
+    try:
+        offered = list(configure(server_round, arrays, config, OfferedClients(clients, eligible)))
+    finally:
+        FLOWER_LOGGER.removeFilter(OFFERED_SAMPLE_LOG)
+        random.setstate(state)
+    contents = {message.metadata.dst_node_id: message.content for message in offered}
+    if sorted(contents) != sorted(clients):
+        raise RuntimeError(f"the wrapped strategy asked clients {sorted(contents)} of {sorted(clients)}: it must "
+                           "ask every client it is offered (build it with fraction 1)")
+    return contents

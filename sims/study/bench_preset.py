@@ -16,6 +16,7 @@ from pathlib import Path
 from dirichlet_fl.config import RunConfig
 from sims.study.execute import execute
 from sims.study.options import study_of
+from sims.study.plan import DEFAULT_PROXIMAL_MU
 from sims.study.runner import describe
 
 SPLITS = {"iid": "iid", "noniid": "0.3", "central": "central"}
@@ -25,6 +26,7 @@ DEFAULTS: dict[str, object] = {
     "seeds": 3, "epsilons": "0.5,1,2,4,8", "splits": ",".join(SPLITS), "mechanisms": "none,dirichlet,dpsgd",
     "rounds": 20, "local_epochs": 1.0, "batch_size": 32, "learning_rate": None, "dirichlet_learning_rate": None,
     "dpsgd_learning_rate": None, "rate_grid": "", "adam_rate_grid": "", "optimizers": None,
+    "strategies": "fedavg", "server_rate_grid": "", "proximal_mu": DEFAULT_PROXIMAL_MU,
     "rate_extension_steps": 2,
     "learning_rate_mode": "effective", "norm": "default",
     "dirichlet_weighting": "normalized", "dirichlet_weight_cap": 20.0, "warmup_rounds": None,

@@ -26,10 +26,13 @@ from sims.study.plan import Cell, Study, client_floor, clients_of, run_config
 COLUMNS = ["beta", "epsilon", "mechanism", "seed", "status", "accuracy", "balanced_accuracy", "macro_auc",
            "worst_client_accuracy", "median_client_accuracy", "max_client_epsilon", "delta", "learning_rate",
            "rate_source", "floor", "min_class_recall", "dead_classes", "noise", "failed_clients",
-           "client_accuracies", "seconds", "cpu_seconds", "collapsed", "predicted_classes", "optimizer"]
+           "client_accuracies", "seconds", "cpu_seconds", "collapsed", "predicted_classes", "optimizer", "strategy",
+           "server_learning_rate"]
 """table.csv: `beta` holds the partition (a beta, iid, central, classes=K or natural); `rate_source` is
 `flag` (a rate flag gave it) or `validation` (tuned, tuning.csv), in the units of the row's `optimizer`
-(sgd or adam; a study folder from before the column ran sgd); `collapsed` is 1 when the final model
+(sgd or adam; a study folder from before the column ran sgd); `strategy` is the server's strategy
+(fedavg when absent: a folder from before the column) and `server_learning_rate` its tuned server rate
+(empty for fedavg and fedprox); `collapsed` is 1 when the final model
 predicts one class only on the evaluation set (a constant predictor, whatever its accuracy), else 0, and
 `dead_classes` counts the classes whose recall is 0: two distinct facts (a study folder from before they
 existed has no `collapsed`)."""
@@ -67,15 +70,16 @@ def noise_range(parameters: dict[int, dict[str, float]]) -> str:
     return ""
 
 
-def run_cell(study: Study, cell: Cell, rate: float, source: str) -> dict[str, object]:
-    """Run one cell at its optimizer's rate `rate` (from `source`: flag or validation); its table.csv row (COLUMNS;
-    CPU seconds: what the cell costs on an idle core)."""
+def run_cell(study: Study, cell: Cell, rate: float, source: str, server_rate: float = 0.0) -> dict[str, object]:
+    """Run one cell at its optimizer's rate `rate` (from `source`: flag or validation) and its strategy's server
+    rate `server_rate` (0: none); its table.csv row (COLUMNS; CPU seconds: what the cell costs on an idle core)."""
     start, cpu_start = time.perf_counter(), time.process_time()
-    config = run_config(study, cell, rate)
+    config = run_config(study, cell, rate, server_rate=server_rate)
     clients = clients_of(study, cell.partition)
     mechanism = mechanism_class(cell.mechanism)
     row: dict[str, object] = {"beta": cell.partition, "epsilon": cell.epsilon, "mechanism": cell.mechanism,
-                              "seed": cell.seed, "optimizer": cell.optimizer, "delta": PAPER_DELTA,
+                              "seed": cell.seed, "optimizer": cell.optimizer, "strategy": cell.strategy,
+                              "server_learning_rate": server_rate or "", "delta": PAPER_DELTA,
                               "learning_rate": rate, "rate_source": source,
                               "floor": client_floor(config, clients) if mechanism.has_epsilon_floor else ""}
     result = run_fedavg(config, clients)

@@ -23,6 +23,7 @@ from sims.study.runner import (
 from sims.study.tuning import (
     describe_choice,
     edge_warnings,
+    server_rates,
     study_grids,
     tuning_key,
     tuning_runs,
@@ -30,13 +31,16 @@ from sims.study.tuning import (
 
 
 def _app_checks(study: Study) -> None:
-    """The app's own range checks (model, batch size, every rate a run may use) before any training."""
+    """The app's own range checks (model, batch size, every rate and server rate a run may use) before any
+    training."""
     for optimizer, grid in study_grids(study).items():
         for mechanism in study.mechanisms:
             given = given_rate(study, mechanism)
-            for rate in grid[mechanism] if given is None else (given,):
-                cell = Cell(study.partitions[0], mechanism, study.epsilons[0], study.seeds[0], optimizer)
-                run_config(study, cell, rate)
+            for strategy in study.strategies:
+                cell = Cell(study.partitions[0], mechanism, study.epsilons[0], study.seeds[0], optimizer, strategy)
+                for rate in grid[mechanism] if given is None else (given,):
+                    for server_rate in server_rates(study, strategy):
+                        run_config(study, cell, rate, server_rate=server_rate)
 
 
 def execute(study: Study, workers: int, out_dir: Path, resume: bool = False,

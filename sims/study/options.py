@@ -4,13 +4,14 @@ with one ValueError line naming the flag and its valid range for anything out of
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
-from dirichlet_fl.config_groups import OPTIMIZERS
+from dirichlet_fl.config_groups import OPTIMIZERS, STRATEGIES
 from dirichlet_fl.data.loaders import NPZ, dataset_num_classes
 from sims.study.data_file import check_medmnist_layout
-from sims.study.plan import MECHANISMS, RATE_FLAGS, Study, parse_partition
-from sims.study.tuning import MAX_EXTENSION_STEPS, grid_text, parse_rate_grid
+from sims.study.plan import DEFAULT_PROXIMAL_MU, MECHANISMS, RATE_FLAGS, Study, parse_partition
+from sims.study.tuning import MAX_EXTENSION_STEPS, grid_text, parse_rate_grid, parse_server_grid, server_grid_text
 
 
 def numbers(flag: str, text: str, kind: type = float) -> tuple:
@@ -63,6 +64,20 @@ def optimizers_of(args: argparse.Namespace, rates: dict[str, float | None]) -> t
     return optimizers
 
 
+def strategies_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """--strategies, each once; --proximal-mu, which only FedProx reads, refused out of range or without it."""
+    strategies = tuple(dict.fromkeys(s.strip() for s in args.strategies.split(",") if s.strip()))
+    if not strategies or not set(strategies) <= set(STRATEGIES):
+        raise ValueError(f"--strategies={args.strategies!r} is invalid: give one or more of {', '.join(STRATEGIES)}")
+    mu = args.proximal_mu
+    if not (math.isfinite(mu) and mu >= 0):
+        raise ValueError(f"--proximal-mu={mu!r} is out of range: give a finite number >= 0")
+    if mu != DEFAULT_PROXIMAL_MU and "fedprox" not in strategies:
+        raise ValueError(f"--proximal-mu={mu!r} has no effect without fedprox in --strategies="
+                         f"{','.join(strategies)}: add fedprox, or leave --proximal-mu out")
+    return strategies
+
+
 def with_network_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with --optimizers and --warmup-rounds, where not given (None), the network's own: its Recipe
     (dirichlet_fl.models.recipes), for --model with --norm."""
@@ -85,6 +100,8 @@ def study_of(args: argparse.Namespace) -> Study:
     _check_ranges(args, partitions, epsilons, mechanisms)
     rates = {m: getattr(args, flag[2:].replace("-", "_")) for m, flag in RATE_FLAGS.items()}
     optimizers = optimizers_of(args, rates)
+    strategies = strategies_of(args)
+    server_grid = server_grid_text(parse_server_grid(args.server_rate_grid), strategies)
     tuned = tuple(m for m in mechanisms if rates[m] is None)
     parsed = {"sgd": parse_rate_grid(args.rate_grid, "sgd"), "adam": parse_rate_grid(args.adam_rate_grid, "adam")}
     grids = {o: grid_text(grid, tuned) if o in optimizers else "" for o, grid in parsed.items()}
@@ -97,6 +114,7 @@ def study_of(args: argparse.Namespace) -> Study:
                  local_epochs=args.local_epochs, batch_size=args.batch_size, learning_rate=rates["none"],
                  dirichlet_learning_rate=rates["dirichlet"], dpsgd_learning_rate=rates["dpsgd"],
                  rate_grid=grids["sgd"], optimizers=optimizers, adam_rate_grid=grids["adam"],
+                 strategies=strategies, server_rate_grid=server_grid, proximal_mu=args.proximal_mu,
                  rate_extension_steps=args.rate_extension_steps,
                  learning_rate_mode=args.learning_rate_mode, validation=args.validation, norm=args.norm,
                  dirichlet_weighting=args.dirichlet_weighting, dirichlet_weight_cap=args.dirichlet_weight_cap,

@@ -3,8 +3,9 @@
 A partition is one value of the non-IID axis: a Dirichlet label skew `beta` (Hsu et al. 2019; smaller
 is more skewed), `iid`, `central` (one client with all the training data, the centralized reference),
 `classes=K` (pathological: K classes per client) or `natural` (sites from a CSV). A cell is a
-partition x mechanism x eps x seed; mechanism `none` has one eps, infinity. A mechanism's rate is
-either given (a rate flag) or None: tuned on the validation split first (sims/study/tuning.py).
+partition x mechanism x eps x seed x optimizer x strategy; mechanism `none` has one eps, infinity. A
+mechanism's rate is either given (a rate flag) or None: tuned on the validation split first
+(sims/study/tuning.py); a strategy's server rate (SERVER_RATE_STRATEGIES) is always tuned.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from pathlib import Path
 from dirichlet_fl.client_plan import mechanism_spec, too_small_to_train
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.config_groups import (
+    STRATEGY_ARGUMENTS,
     DataConfig,
     LearningRateConfig,
     LocalTrainingConfig,
     NetworkConfig,
     OutputConfig,
     PrivacyConfig,
+    StrategyConfig,
 )
 from dirichlet_fl.data.loaders import NPZ, load_dataset
 from dirichlet_fl.data.split import FederatedSplit, federated_split
@@ -36,6 +39,10 @@ MECHANISMS = BASELINE_FIRST
 PRIORITY_EPSILONS = (1.0, 4.0)
 VALIDATION_FRACTION = 0.2
 PARTITION_WORDS = ("iid", "central", "natural")
+SERVER_RATE_STRATEGIES = tuple(name for name, keys in STRATEGY_ARGUMENTS.items() if "server-learning-rate" in keys)
+"""The strategies with a server learning rate (FedAvgM's and the adaptive ones'): tuned over --server-rate-grid."""
+DEFAULT_PROXIMAL_MU = StrategyConfig().proximal_mu
+"""FedProx's mu when --proximal-mu is not given: the app's default (dirichlet_fl.config)."""
 RATE_FLAGS = {"none": "--learning-rate", "dirichlet": "--dirichlet-learning-rate", "dpsgd": "--dpsgd-learning-rate"}
 
 
@@ -72,6 +79,14 @@ class Study:
     rate, tuned over its own grid. A study.json from before the axis existed ran SGD only."""
     adam_rate_grid: str = ""
     """Adam's rates tried for each tuned mechanism (Adam's own units), as rate_grid; empty without Adam."""
+    strategies: tuple[str, ...] = ("fedavg",)
+    """The strategy axis (dirichlet_fl.config.STRATEGIES, each Flower's own class aggregating in the plain loop):
+    every cell runs once per strategy, each at its own tuned rates. A study.json from before the axis ran fedavg."""
+    server_rate_grid: str = ""
+    """The server learning rates tried per strategy of SERVER_RATE_STRATEGIES in the study, canonical
+    'fedavgm=0.1/0.3/1,...' (sims/study/tuning.py); empty when the study has none of them."""
+    proximal_mu: float = DEFAULT_PROXIMAL_MU
+    """FedProx's mu (fixed, not tuned: the app's proximal-mu)."""
     rate_extension_steps: int = 2
     """When the rate chosen is the only good one and at an end of the rates tried, the tuner tries one more
     geometric step beyond that end, up to this many each way (sims/study/tuning.py); 0: never. A study.json
@@ -93,17 +108,18 @@ class Study:
 
 @dataclass(frozen=True)
 class Cell:
-    """One run: a partition, a mechanism, a target eps (inf for none), a seed and an optimizer."""
+    """One run: a partition, a mechanism, a target eps (inf for none), a seed, an optimizer and a strategy."""
 
     partition: str
     mechanism: str
     epsilon: float
     seed: int
     optimizer: str = "sgd"
+    strategy: str = "fedavg"
 
     @property
-    def key(self) -> tuple[str, str, float, int, str]:
-        return (self.partition, self.mechanism, self.epsilon, self.seed, self.optimizer)
+    def key(self) -> tuple[str, str, float, int, str, str]:
+        return (self.partition, self.mechanism, self.epsilon, self.seed, self.optimizer, self.strategy)
 
 
 def parse_partition(word: str) -> str:
@@ -124,12 +140,12 @@ def cells(study: Study) -> list[Cell]:
     """Every cell, in an order that makes a stopped study useful: the baselines and eps 1 and 4 first,
     then seed by seed, and within a seed Dirichlet, then none, then DP-SGD (the slowest); so a study
     stopped part-way holds every partition at the headline eps for one seed before it adds seeds; every
-    optimizer of a cell runs next to the others."""
+    optimizer and strategy of a cell runs next to the others."""
     order = sorted(study.mechanisms, key=("dirichlet", "none", "dpsgd").index)
-    every = [Cell(partition, mechanism, epsilon, seed, optimizer)
+    every = [Cell(partition, mechanism, epsilon, seed, optimizer, strategy)
              for mechanism in order for partition in study.partitions
              for epsilon in (study.epsilons if mechanism_class(mechanism).private else (math.inf,))
-             for seed in study.seeds for optimizer in study.optimizers]
+             for seed in study.seeds for optimizer in study.optimizers for strategy in study.strategies]
     return sorted(every, key=lambda c: (not (math.isinf(c.epsilon) or c.epsilon in PRIORITY_EPSILONS), c.seed))
 
 
@@ -160,10 +176,18 @@ def data_source(study: Study) -> tuple[str, str, str]:
     return study.dataset, study.data_root, study.data_path
 
 
-def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = None) -> RunConfig:
-    """The app's run config of a cell at its optimizer's rate `rate`, evaluated on the validation split when
-    `validation` (default: the study's --validation); client evaluation off: the study evaluates the
-    global model."""
+def strategy_config(study: Study, strategy: str, server_rate: float = 0.0) -> StrategyConfig:
+    """The app's strategy keys of a cell: its strategy at server rate `server_rate` (0: none, for a strategy
+    without one), FedProx at the study's mu."""
+    mu = study.proximal_mu if strategy == "fedprox" else DEFAULT_PROXIMAL_MU
+    return StrategyConfig(name=strategy, server_learning_rate=server_rate, proximal_mu=mu)
+
+
+def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = None,
+               server_rate: float = 0.0) -> RunConfig:
+    """The app's run config of a cell at its optimizer's rate `rate` and its strategy's server rate
+    `server_rate` (0: a strategy without one), evaluated on the validation split when `validation` (default:
+    the study's --validation); client evaluation off: the study evaluates the global model."""
     partition = cell.partition
     partitioner = ("iid" if partition in ("iid", "central") else "natural" if partition == "natural"
                    else "pathological" if partition.startswith("classes=") else "dirichlet")
@@ -188,6 +212,7 @@ def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = 
         output=OutputConfig(results_dir=""), data=data,
         lr=LearningRateConfig(optimizer=cell.optimizer, rate=rate, mode=study.learning_rate_mode,
                               warmup_rounds=study.warmup_rounds),
+        strategy=strategy_config(study, cell.strategy, server_rate),
     )
     config.validate()
     return config

@@ -2,8 +2,8 @@
 
 Pictures (matplotlib's object-oriented Agg API, written atomically: dirichlet_fl.files.atomic_path):
 accuracy_vs_epsilon.png (accuracy and balanced accuracy against eps, one line per partition,
-mechanism and optimizer, mechanism none as a horizontal line), client_spread.png (per cell, the clients' accuracies
-on their own label mix, pooled over seeds, as a box plot) and partition-<beta>.png (the class x
+mechanism, optimizer and strategy, mechanism none as a horizontal line), client_spread.png (per cell, the
+clients' accuracies on their own label mix, pooled over seeds, as a box plot) and partition-<beta>.png (the class x
 client counts of each partition, seed of the study's first seed; dirichlet_fl.data.partition's heat map).
 """
 
@@ -21,7 +21,7 @@ from dirichlet_fl.data.split import federated_split
 from dirichlet_fl.files import atomic_path
 from privacy.registry import BASELINE_FIRST, mechanism_class
 from sims.study.plan import Cell, Study, clients_of, run_config
-from sims.study.tuning import optimizer_of
+from sims.study.tuning import optimizer_of, strategy_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -30,6 +30,16 @@ if TYPE_CHECKING:
 METRICS = ("accuracy", "balanced_accuracy", "macro_auc", "worst_client_accuracy", "median_client_accuracy")
 HEADERS = ("accuracy", "balanced acc.", "macro AUC", "worst client", "median client")
 MECHANISM_ORDER = BASELINE_FIRST
+STRATEGY_LINES = ("-", "--", ":", "-.", (0, (1, 1)), (0, (5, 1, 1, 1)))
+"""The line style of each strategy of a study with strategies other than fedavg, in the study's order."""
+GroupKey = tuple[str, str, float, str, str]
+"""(partition, mechanism, eps, optimizer, strategy)."""
+
+
+def shows_strategy(study: Study) -> bool:
+    """Whether table.md and the pictures name the strategy: the study has one other than fedavg (a FedAvg-only
+    study's table reads as before the axis existed)."""
+    return study.strategies != ("fedavg",)
 
 
 def number(value: object) -> float:
@@ -38,19 +48,23 @@ def number(value: object) -> float:
     return math.nan if text in ("", "nan", "None") else float(text)
 
 
-def groups(rows: list[dict[str, object]], study: Study) -> list[tuple[tuple[str, str, float, str], list[dict]]]:
-    """The finished rows per (partition, mechanism, eps, optimizer), in the study's partition order, then
-    mechanism, then eps, then the study's optimizer order (a row from before the optimizer column: sgd)."""
-    found: dict[tuple[str, str, float, str], list[dict]] = {}
+def groups(rows: list[dict[str, object]], study: Study) -> list[tuple[GroupKey, list[dict]]]:
+    """The finished rows per (partition, mechanism, eps, optimizer, strategy), in the study's partition order,
+    then mechanism, then eps, then the study's optimizer and strategy orders (a row from before the optimizer
+    column: sgd; before the strategy column: fedavg)."""
+    found: dict[GroupKey, list[dict]] = {}
     for row in rows:
         if row["status"] == "ok":
-            key = (str(row["beta"]), str(row["mechanism"]), number(row["epsilon"]), optimizer_of(row))
+            key = (str(row["beta"]), str(row["mechanism"]), number(row["epsilon"]), optimizer_of(row),
+                   strategy_of(row))
             found.setdefault(key, []).append(row)
     ranks = {p: i for i, p in enumerate(study.partitions)}
     optimizers = {o: i for i, o in enumerate(study.optimizers)}
+    strategies = {s: i for i, s in enumerate(study.strategies)}
     return sorted(found.items(), key=lambda item: (ranks.get(item[0][0], len(ranks)),
                                                    MECHANISM_ORDER.index(item[0][1]), item[0][2],
-                                                   optimizers.get(item[0][3], len(optimizers))))
+                                                   optimizers.get(item[0][3], len(optimizers)),
+                                                   strategies.get(item[0][4], len(strategies))))
 
 
 def rounded_up(value: float, digits: int = 4) -> str:
@@ -80,16 +94,19 @@ def collapsed_seeds(members: list[dict[str, object]]) -> str:
 
 
 def markdown_table(rows: list[dict[str, object]], study: Study) -> str:
-    """table.md: one line per (partition, mechanism, eps), metrics in % as mean ± sd over the seeds
-    finished (their number shown), the largest client eps (delta = 1e-5) over those seeds, and how many
-    of them collapsed to one class (their accuracy is a constant predictor's, not a model's)."""
-    lines = ["| beta | mechanism | optimizer | eps | seeds | " + " | ".join(HEADERS) + " | max client eps | "
-             "collapsed |", "|---" * (7 + len(HEADERS)) + "|"]
-    for (partition, mechanism, epsilon, optimizer), members in groups(rows, study):
+    """table.md: one line per (partition, mechanism, optimizer, strategy, eps), metrics in % as mean ± sd over
+    the seeds finished (their number shown), the largest client eps (delta = 1e-5) over those seeds, and how many
+    of them collapsed to one class (their accuracy is a constant predictor's, not a model's). The strategy
+    column is there when the study has a strategy other than fedavg (shows_strategy)."""
+    named = shows_strategy(study)
+    lines = ["| beta | mechanism | optimizer | " + "strategy | " * named + "eps | seeds | " + " | ".join(HEADERS)
+             + " | max client eps | collapsed |", "|---" * (7 + named + len(HEADERS)) + "|"]
+    for (partition, mechanism, epsilon, optimizer, strategy), members in groups(rows, study):
         metrics = [_mean_sd([number(m[name]) for m in members]) for name in METRICS]
         spent = max(number(m["max_client_epsilon"]) for m in members)
         shown = "inf" if math.isinf(epsilon) else f"{epsilon:g}"
-        lines.append(f"| {partition} | {mechanism} | {optimizer} | {shown} | {len(members)} | " + " | ".join(metrics)
+        lines.append(f"| {partition} | {mechanism} | {optimizer} | " + f"{strategy} | " * named
+                     + f"{shown} | {len(members)} | " + " | ".join(metrics)
                      + f" | {rounded_up(spent)} | {collapsed_seeds(members)} |")
     return "\n".join(lines) + "\n"
 
@@ -109,27 +126,35 @@ def _save(figure: Figure, path: Path) -> None:
 
 
 def plot_accuracy(rows: list[dict[str, object]], study: Study, path: Path) -> None:
-    """Accuracy and balanced accuracy (mean over seeds) against eps, one colour per partition."""
+    """Accuracy and balanced accuracy (mean over seeds) against eps, one colour per partition, one marker
+    and line style per mechanism and optimizer; with strategies shown (shows_strategy), one line style per
+    strategy instead."""
     figure, axes = _figure(11, 4.2, panels=2)
     colours = {p: f"C{i % 10}" for i, p in enumerate(study.partitions)}
-    styles = {("dirichlet", "sgd"): "-o", ("dpsgd", "sgd"): "--s", ("dirichlet", "adam"): "-.^",
-              ("dpsgd", "adam"): ":v"}
+    styles = {("dirichlet", "sgd"): ("-", "o"), ("dpsgd", "sgd"): ("--", "s"), ("dirichlet", "adam"): ("-.", "^"),
+              ("dpsgd", "adam"): (":", "v")}
     plain = {"sgd": ":", "adam": "-."}
     summary = groups(rows, study)
     for panel, metric in zip(axes, ("accuracy", "balanced_accuracy")):
         for partition in study.partitions:
             for mechanism in study.mechanisms:
                 for optimizer in study.optimizers:
-                    points = [(eps, statistics.mean(number(m[metric]) for m in members))
-                              for (p, mech, eps, o), members in summary
-                              if (p, mech, o) == (partition, mechanism, optimizer)]
-                    label = f"beta={partition} {mechanism}" + (f" {optimizer}" if len(study.optimizers) > 1 else "")
-                    if not mechanism_class(mechanism).private and points:
-                        panel.axhline(100 * points[0][1], color=colours[partition], linestyle=plain[optimizer],
-                                      label=label)
-                    elif points:
-                        panel.plot([e for e, _ in points], [100 * a for _, a in points],
-                                   styles[(mechanism, optimizer)], color=colours[partition], label=label)
+                    for strategy in study.strategies:
+                        points = [(eps, statistics.mean(number(m[metric]) for m in members))
+                                  for (p, mech, eps, o, s), members in summary
+                                  if (p, mech, o, s) == (partition, mechanism, optimizer, strategy)]
+                        label = (f"beta={partition} {mechanism}" + (f" {optimizer}" if len(study.optimizers) > 1
+                                                                    else "")
+                                 + (f" {strategy}" if shows_strategy(study) else ""))
+                        line = (STRATEGY_LINES[study.strategies.index(strategy) % len(STRATEGY_LINES)]
+                                if shows_strategy(study) else None)
+                        if not mechanism_class(mechanism).private and points:
+                            panel.axhline(100 * points[0][1], color=colours[partition],
+                                          linestyle=line or plain[optimizer], label=label)
+                        elif points:
+                            own_line, marker = styles[(mechanism, optimizer)]
+                            panel.plot([e for e, _ in points], [100 * a for _, a in points], color=colours[partition],
+                                       linestyle=line or own_line, marker=marker, label=label)
         panel.set(xscale="log", xlabel="target eps per client (delta = 1e-5)",
                   ylabel=f"{metric.replace('_', ' ')} (%)", title=f"{metric.replace('_', ' ')} against eps")
     axes[0].legend(fontsize=7)
@@ -141,10 +166,11 @@ def plot_client_spread(rows: list[dict[str, object]], study: Study, path: Path) 
     summary = groups(rows, study)
     figure, (axes,) = _figure(max(5.0, 0.7 * len(summary) + 2), 4.2)
     data, labels = [], []
-    for (partition, mechanism, epsilon, optimizer), members in summary:
+    for (partition, mechanism, epsilon, optimizer, strategy), members in summary:
         values = [100 * float(a) for m in members for a in str(m["client_accuracies"]).split(";") if a]
         data.append([v for v in values if not math.isnan(v)])
-        shown = f"{mechanism} {optimizer}" if len(study.optimizers) > 1 else mechanism
+        shown = (f"{mechanism} {optimizer}" if len(study.optimizers) > 1 else mechanism) + (
+            f"\n{strategy}" if shows_strategy(study) else "")
         labels.append(f"{partition}\n{shown}\n{'' if math.isinf(epsilon) else f'eps {epsilon:g}'}")
     if data:
         axes.boxplot(data)

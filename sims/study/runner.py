@@ -25,7 +25,7 @@ from typing import Any
 
 from dirichlet_fl.files import write_atomically
 from sims.study.cell import COLUMNS, run_cell
-from sims.study.plan import Cell, Study, cells, given_rate
+from sims.study.plan import DEFAULT_PROXIMAL_MU, Cell, Study, cells, given_rate
 from sims.study.tuning import (
     TUNING_COLUMNS,
     Group,
@@ -33,6 +33,7 @@ from sims.study.tuning import (
     chosen_rates,
     optimizer_of,
     run_tuning,
+    strategy_of,
     tuning_key,
     tuning_runs,
 )
@@ -41,12 +42,14 @@ STUDY_FILE = "study.json"
 TABLE_FILE = "table.csv"
 TUNING_FILE = "tuning.csv"
 LEGACY_VALUES: dict[str, Any] = {"warmup_rounds": 0, "optimizers": ["sgd"], "adam_rate_grid": "",
-                                 "rate_extension_steps": 0}
-"""What a study.json written before a field existed ran with: no warm-up, SGD only, no grid extension."""
+                                 "rate_extension_steps": 0, "strategies": ["fedavg"], "server_rate_grid": "",
+                                 "proximal_mu": DEFAULT_PROXIMAL_MU}
+"""What a study.json written before a field existed ran with: no warm-up, SGD only, no grid extension, FedAvg
+only (FedProx's mu: the default, unread)."""
 FLAGS = {"partitions": "--betas"}
 """The flag of a Study field whose name is not the flag's (the partitions: --betas, --classes-per-client
 and --site-file together)."""
-Task = tuple[Study, Cell, float, str] | tuple[Study, TuningRun]
+Task = tuple[Study, Cell, float, str, float] | tuple[Study, TuningRun]
 
 
 def describe(study: Study) -> str:
@@ -66,10 +69,11 @@ def load_study(path: Path) -> Study:
     return Study(**values)
 
 
-def row_key(row: dict[str, object]) -> tuple[str, str, float, int, str]:
-    """A table.csv row's cell (Cell.key); a row from before the optimizer column ran SGD."""
+def row_key(row: dict[str, object]) -> tuple[str, str, float, int, str, str]:
+    """A table.csv row's cell (Cell.key); a row from before the optimizer column ran SGD, one from before the
+    strategy column FedAvg."""
     return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), int(str(row["seed"])),
-            optimizer_of(row))
+            optimizer_of(row), strategy_of(row))
 
 
 def read_rows(path: Path, key: Callable[[dict[str, object]], tuple]) -> list[dict[str, object]]:
@@ -169,8 +173,8 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
                 shown = (f"{_collapsed(row)}validation balanced accuracy {row['balanced_accuracy']:.4f}"
                          if row["status"] == "ok" else str(row["status"]))
                 progress.report(f"tuning beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} "
-                                f"{row['optimizer']} rate {row['learning_rate']:g} seed {row['seed']}", shown,
-                                float(str(row["seconds"])))
+                                f"{row['optimizer']}{_strategy(row)} rate {row['learning_rate']:g} seed "
+                                f"{row['seed']}", shown, float(str(row["seconds"])))
             tuning_todo = _tuning_todo(study, tuning_rows)
             progress.total += len(tuning_todo)
         chosen = chosen_rates(study, tuning_rows)
@@ -181,7 +185,8 @@ def run_all(study: Study, workers: int, out_dir: Path, done: list[dict[str, obje
             accuracy = row.get("accuracy")
             shown = f"{_collapsed(row)}accuracy {accuracy:.4f}" if isinstance(accuracy, float) else str(row["status"])
             progress.report(f"beta={row['beta']} {row['mechanism']} eps={_eps(row['epsilon'])} seed {row['seed']} "
-                            f"{row['optimizer']} rate {row['learning_rate']:g}", shown, float(str(row["seconds"])))
+                            f"{row['optimizer']}{_strategy(row)} rate {row['learning_rate']:g}", shown,
+                            float(str(row["seconds"])))
     return rows, tuning_rows
 
 
@@ -196,9 +201,17 @@ def _collapsed(row: dict[str, object]) -> str:
     return "COLLAPSED to one class: " if row.get("collapsed") else ""
 
 
-def _rate(study: Study, cell: Cell, chosen: dict[Group, float]) -> tuple[float, str]:
-    """The cell's rate and where it comes from: its flag, or the tuning runs' choice for its optimizer."""
+def _strategy(row: dict[str, object]) -> str:
+    """A progress line's strategy and its server rate (nothing for fedavg)."""
+    strategy = strategy_of(row)
+    server = row.get("server_learning_rate")
+    return "" if strategy == "fedavg" else f" {strategy}" + (f" server rate {float(str(server)):g}" if server else "")
+
+
+def _rate(study: Study, cell: Cell, chosen: dict[Group, tuple[float, float]]) -> tuple[float, str, float]:
+    """The cell's rate and where it comes from (its flag, or the tuning runs' choice for its optimizer and
+    strategy), and its strategy's server rate (tuned; 0: a strategy without one)."""
     given = given_rate(study, cell.mechanism)
-    if given is not None:
-        return given, "flag"
-    return chosen[(cell.partition, cell.mechanism, cell.epsilon, cell.optimizer)], "validation"
+    rate, server_rate = chosen.get((cell.partition, cell.mechanism, cell.epsilon, cell.optimizer, cell.strategy),
+                                   (math.nan, 0.0))
+    return (given, "flag", server_rate) if given is not None else (rate, "validation", server_rate)

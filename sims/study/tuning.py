@@ -3,9 +3,12 @@
 For every mechanism whose rate no flag gives, seed 0 of each (partition, mechanism, eps) trains once
 per rate of its optimizer's grid (SGD: --rate-grid, effective rates, e.g. `none=0.02/0.05/0.1`; Adam:
 --adam-rate-grid, Adam's own units) with a stratified 20 % of the training data held out as its
-evaluation set (the split --validation uses); the test split is never read. Each optimizer has its own
-choice. The rate chosen is, among the rates whose validation balanced accuracy is within one point
-(TOLERANCE) of the best, the smallest: a rate at the edge of divergence may fit one start and not
+evaluation set (the split --validation uses); the test split is never read. Each optimizer and each
+strategy has its own choice. A strategy with a server learning rate (FedAvgM and the adaptive ones:
+plan.SERVER_RATE_STRATEGIES) trains once per pair of a client rate and a server rate of --server-rate-grid,
+so its client and server rates are tuned together. The rate chosen is, among the rates (pairs) whose
+validation balanced accuracy is within one point (TOLERANCE) of the best, the smallest (the smallest
+client rate, then the smallest server rate): a rate at the edge of divergence may fit one start and not
 another. Each run is a row of tuning.csv (TUNING_COLUMNS).
 """
 
@@ -19,7 +22,17 @@ from privacy.accounting.analysis import PAPER_DELTA
 from sims.audit.config import parse_named_values
 from sims.fedavg_loop import run_fedavg
 from sims.study.cell import final_metrics
-from sims.study.plan import MECHANISMS, Cell, Study, cells, clients_of, run_config, tuned_mechanisms
+from sims.study.plan import (
+    MECHANISMS,
+    SERVER_RATE_STRATEGIES,
+    Cell,
+    Study,
+    cells,
+    clients_of,
+    given_rate,
+    run_config,
+    tuned_mechanisms,
+)
 
 DEFAULT_GRID: dict[str, tuple[float, ...]] = {
     "none": (0.02, 0.05, 0.1), "dirichlet": (0.02, 0.05, 0.1), "dpsgd": (0.05, 0.1, 0.2)}
@@ -30,6 +43,13 @@ paper's Appendix G rate."""
 DEFAULT_GRIDS = {"sgd": DEFAULT_GRID, "adam": ADAM_GRID}
 GRID_FLAGS = {"sgd": "--rate-grid", "adam": "--adam-rate-grid"}
 """Each optimizer's grid flag (and the Study field it fills: rate_grid, adam_rate_grid)."""
+SERVER_GRID: dict[str, tuple[float, ...]] = {
+    "fedavgm": (0.1, 0.3, 1.0), "fedadam": (0.003, 0.01, 0.03), "fedyogi": (0.003, 0.01, 0.03),
+    "fedadagrad": (0.01, 0.03, 0.1)}
+"""The server rates tried per strategy (--server-rate-grid). FedAvgM (momentum 0.9) steps by about 10x its rate, so
+0.1 is Hsu et al.'s effective server rate 1; FedAdam's and FedYogi's grids surround 0.01, the adaptive rates of
+Reddi et al. 2021 and Flower's FedYogi default; FedAdagrad's surround 0.03 and reach Flower's default 0.1."""
+SERVER_GRID_FLAG = "--server-rate-grid"
 MAX_EXTENSION_STEPS = 5
 """--rate-extension-steps must be at most this: each step is a whole tuning run per group."""
 TOLERANCE = 0.01
@@ -37,17 +57,21 @@ TOLERANCE = 0.01
 TUNING_SEED = 0
 TUNING_COLUMNS = ["beta", "mechanism", "epsilon", "seed", "learning_rate", "status", "balanced_accuracy", "accuracy",
                   "macro_auc", "min_class_recall", "dead_classes", "evaluated_on", "seconds", "cpu_seconds",
-                  "collapsed", "predicted_classes", "optimizer", "extension"]
-"""`extension`: 0 for a rate of the grid, -k / +k for the k-th step the tuner tried below / above it."""
+                  "collapsed", "predicted_classes", "optimizer", "extension", "strategy", "server_learning_rate"]
+"""`extension`: 0 for a rate of the grid, -k / +k for the k-th step the tuner tried below / above it;
+`server_learning_rate`: the strategy's server rate, empty for a strategy without one (fedavg, fedprox)."""
 
 
-Group = tuple[str, str, float, str]
-"""What one rate is tuned for: (partition, mechanism, eps, optimizer)."""
+Group = tuple[str, str, float, str, str]
+"""What one rate (pair) is tuned for: (partition, mechanism, eps, optimizer, strategy)."""
+TuningKey = tuple[str, str, float, str, str, float, float]
+"""A tuning run: its Group, its server rate (0: none) and its client rate."""
 
 
 @dataclass(frozen=True)
 class TuningRun:
-    """One tuning run: seed 0 of a (partition, mechanism, eps) with one optimizer at one rate of its grid."""
+    """One tuning run: seed 0 of a (partition, mechanism, eps) with one optimizer at one rate of its grid, and
+    one strategy at one server rate of its grid (0: a strategy without one)."""
 
     partition: str
     mechanism: str
@@ -56,14 +80,16 @@ class TuningRun:
     optimizer: str = "sgd"
     extension: int = 0
     """0: a rate of the grid; -k / +k: the k-th geometric step below / above it (extended_rates)."""
+    strategy: str = "fedavg"
+    server_rate: float = 0.0
 
     @property
-    def key(self) -> tuple[str, str, float, str, float]:
-        return (self.partition, self.mechanism, self.epsilon, self.optimizer, self.rate)
+    def key(self) -> TuningKey:
+        return (*self.group, self.server_rate, self.rate)
 
     @property
     def group(self) -> Group:
-        return (self.partition, self.mechanism, self.epsilon, self.optimizer)
+        return (self.partition, self.mechanism, self.epsilon, self.optimizer, self.strategy)
 
 
 def parse_rate_grid(text: str, optimizer: str = "sgd") -> dict[str, tuple[float, ...]]:
@@ -94,23 +120,66 @@ def grid_text(grid: dict[str, tuple[float, ...]], mechanisms: tuple[str, ...]) -
     return ",".join(f"{m}={'/'.join(f'{rate:g}' for rate in grid[m])}" for m in MECHANISMS if m in mechanisms)
 
 
-def tuning_runs(study: Study, rows: list[dict[str, object]] | tuple = ()) -> list[TuningRun]:
-    """Every tuning run of the study, in the order of its cells (the headline eps first): each group's grid,
-    then the extensions beyond an edge that its finished `rows` call for (extended_rates)."""
-    grids = study_grids(study)
+def parse_server_grid(text: str) -> dict[str, tuple[float, ...]]:
+    """'fedadam=0.01/0.03,fedavgm=0.3' over SERVER_GRID (the strategies named get the rates given), each sorted;
+    ValueError naming --server-rate-grid for a strategy without a server rate, a non-numeric or non-positive rate."""
+    grid = dict(SERVER_GRID)
+    for name, rates in parse_named_values(SERVER_GRID_FLAG, text):
+        if name not in SERVER_RATE_STRATEGIES:
+            raise ValueError(f"{SERVER_GRID_FLAG}: strategy {name!r} has no server learning rate; valid: "
+                             f"{', '.join(SERVER_RATE_STRATEGIES)}")
+        bad = [rate for rate in rates if not (rate > 0 and math.isfinite(rate))]
+        if not rates or bad:
+            example = "/".join(f"{r:g}" for r in SERVER_GRID[name])
+            raise ValueError(f"{SERVER_GRID_FLAG} {name}={'/'.join(f'{r:g}' for r in rates)} is out of range: give "
+                             f"one or more server rates > 0 separated by '/', e.g. {name}={example}")
+        grid[name] = tuple(sorted(set(rates)))
+    return grid
+
+
+def server_grid_text(grid: dict[str, tuple[float, ...]], strategies: tuple[str, ...]) -> str:
+    """The canonical text of the server grids of `strategies` (study.json's server_rate_grid)."""
+    return ",".join(f"{s}={'/'.join(f'{rate:g}' for rate in grid[s])}" for s in SERVER_RATE_STRATEGIES
+                    if s in strategies)
+
+
+def server_rates(study: Study, strategy: str) -> tuple[float, ...]:
+    """The server rates a strategy's cells are tuned over; (0,): a strategy without one."""
+    return parse_server_grid(study.server_rate_grid)[strategy] if strategy in SERVER_RATE_STRATEGIES else (0.0,)
+
+
+def tuned_cells(study: Study) -> list[Cell]:
+    """The cells of seed 0 whose group tunes a rate: its mechanism's rate is not given, or its strategy has a
+    server rate."""
     tuned = tuned_mechanisms(study)
-    groups = [cell for cell in cells(study) if cell.seed == TUNING_SEED and cell.mechanism in tuned]
-    by_group: dict[Group, dict[float, dict[str, object]]] = {}
+    return [cell for cell in cells(study) if cell.seed == TUNING_SEED and
+            (cell.mechanism in tuned or cell.strategy in SERVER_RATE_STRATEGIES)]
+
+
+def client_rates(study: Study, cell: Cell) -> tuple[float, ...]:
+    """The client rates a cell's group is tuned over: its optimizer's grid, or the one rate its flag gives."""
+    given = given_rate(study, cell.mechanism)
+    return study_grids(study)[cell.optimizer][cell.mechanism] if given is None else (given,)
+
+
+def tuning_runs(study: Study, rows: list[dict[str, object]] | tuple = ()) -> list[TuningRun]:
+    """Every tuning run of the study, in the order of its cells (the headline eps first): per group and server
+    rate, the client rates of its grid, then the extensions beyond an edge that its finished `rows` at that
+    server rate call for (extended_rates)."""
+    by_slice: dict[tuple[Group, float], dict[float, dict[str, object]]] = {}
     for row in rows:
         key = tuning_key(row)
-        by_group.setdefault(key[:4], {}).setdefault(key[4], row)
+        by_slice.setdefault((key[:5], key[5]), {}).setdefault(key[6], row)
     runs = []
-    for cell in groups:
-        group: Group = (cell.partition, cell.mechanism, cell.epsilon, cell.optimizer)
-        grid = grids[cell.optimizer][cell.mechanism]
-        runs += [TuningRun(*group[:3], rate, cell.optimizer) for rate in grid]
-        runs += [TuningRun(*group[:3], rate, cell.optimizer, step) for step, rate in
-                 extended_rates(grid, by_group.get(group, {}), study.rate_extension_steps)]
+    for cell in tuned_cells(study):
+        grid = client_rates(study, cell)
+        for server_rate in server_rates(study, cell.strategy):
+            done = by_slice.get(((cell.partition, cell.mechanism, cell.epsilon, cell.optimizer, cell.strategy),
+                                 server_rate), {})
+            here = (cell.partition, cell.mechanism, cell.epsilon)
+            runs += [TuningRun(*here, rate, cell.optimizer, 0, cell.strategy, server_rate) for rate in grid]
+            runs += [TuningRun(*here, rate, cell.optimizer, step, cell.strategy, server_rate) for step, rate in
+                     extended_rates(grid, done, study.rate_extension_steps)]
     return runs
 
 
@@ -152,12 +221,13 @@ def extended_rates(
 def run_tuning(study: Study, run: TuningRun) -> dict[str, object]:
     """Train seed 0 of the run's cell at its rate; evaluate on the validation split; its tuning.csv row."""
     start, cpu_start = time.perf_counter(), time.process_time()
-    cell = Cell(run.partition, run.mechanism, run.epsilon, TUNING_SEED, run.optimizer)
-    config = run_config(study, cell, run.rate, validation=True)
+    cell = Cell(run.partition, run.mechanism, run.epsilon, TUNING_SEED, run.optimizer, run.strategy)
+    config = run_config(study, cell, run.rate, validation=True, server_rate=run.server_rate)
     result = run_fedavg(config, clients_of(study, run.partition))
     row: dict[str, object] = {"beta": run.partition, "mechanism": run.mechanism, "epsilon": run.epsilon,
                               "seed": TUNING_SEED, "learning_rate": run.rate, "evaluated_on": "validation",
-                              "optimizer": run.optimizer, "extension": run.extension}
+                              "optimizer": run.optimizer, "extension": run.extension, "strategy": run.strategy,
+                              "server_learning_rate": run.server_rate or ""}
     metrics = final_metrics(result.rounds[-1]) if result.rounds else {}
     return {**row, "status": "ok" if metrics else "no-rounds", **metrics,
             "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
@@ -168,50 +238,75 @@ def optimizer_of(row: dict[str, object]) -> str:
     return str(row.get("optimizer") or "sgd")
 
 
-def tuning_key(row: dict[str, object]) -> tuple[str, str, float, str, float]:
-    return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), optimizer_of(row),
-            float(str(row["learning_rate"])))
+def strategy_of(row: dict[str, object]) -> str:
+    """A tuning.csv or table.csv row's strategy: rows from before the column ran fedavg."""
+    return str(row.get("strategy") or "fedavg")
 
 
-def good_rates(rows: list[dict[str, object]]) -> list[float]:
-    """The rates of `rows` (one group's tuning rows) whose validation balanced accuracy is within TOLERANCE of
-    the best, ascending; rows that did not finish, or have no number, do not count. ValueError when none counts."""
-    scored = [(float(str(r["learning_rate"])), float(str(r["balanced_accuracy"]))) for r in rows
+def server_rate_of(row: dict[str, object]) -> float:
+    """A tuning.csv or table.csv row's server rate: 0 for a strategy without one (empty) or a row from before."""
+    return float(str(row.get("server_learning_rate") or 0.0))
+
+
+def tuning_key(row: dict[str, object]) -> TuningKey:
+    return (str(row["beta"]), str(row["mechanism"]), float(str(row["epsilon"])), optimizer_of(row), strategy_of(row),
+            server_rate_of(row), float(str(row["learning_rate"])))
+
+
+def good_pairs(rows: list[dict[str, object]]) -> list[tuple[float, float]]:
+    """The (client rate, server rate) pairs of `rows` (one group's tuning rows) whose validation balanced accuracy
+    is within TOLERANCE of the best, ascending; rows that did not finish, or have no number, do not count.
+    ValueError when none counts."""
+    scored = [((float(str(r["learning_rate"])), server_rate_of(r)), float(str(r["balanced_accuracy"]))) for r in rows
               if r["status"] == "ok" and str(r["balanced_accuracy"]) not in ("", "nan")]
     if not scored:
         raise ValueError(f"no tuning run finished for {len(rows)} rate(s); see tuning.csv")
     best = max(score for _, score in scored)
-    return sorted(rate for rate, score in scored if score >= best - TOLERANCE - 1e-12)
+    return sorted(pair for pair, score in scored if score >= best - TOLERANCE - 1e-12)
+
+
+def good_rates(rows: list[dict[str, object]]) -> list[float]:
+    """The client rates of the good pairs (good_pairs) of `rows`: one server rate's rows, or a strategy without."""
+    return sorted({rate for rate, _ in good_pairs(rows)})
+
+
+def choose_rates(rows: list[dict[str, object]]) -> tuple[float, float]:
+    """The smallest good pair (good_pairs) of one group's tuning rows: its client rate and its server rate."""
+    return good_pairs(rows)[0]
 
 
 def choose_rate(rows: list[dict[str, object]]) -> float:
-    """The smallest of the good rates (good_rates) of one group's tuning rows."""
-    return good_rates(rows)[0]
+    """The client rate of the smallest good pair of one group's tuning rows (choose_rates)."""
+    return choose_rates(rows)[0]
 
 
 def tuning_groups(study: Study, rows: list[dict[str, object]]) -> dict[Group, list[dict[str, object]]]:
-    """The study's tuning rows by (partition, mechanism, eps, optimizer), rows of other studies left out."""
+    """The study's tuning rows by (partition, mechanism, eps, optimizer, strategy), rows of other studies left
+    out."""
     wanted = {run.key for run in tuning_runs(study, rows)}
     groups: dict[Group, list[dict[str, object]]] = {}
     for row in rows:
         key = tuning_key(row)
         if key in wanted:
-            groups.setdefault(key[:4], []).append(row)
+            groups.setdefault(key[:5], []).append(row)
     return groups
 
 
 def describe_group(group: Group) -> str:
-    """'beta=0.3 dirichlet eps=1 adam': a tuned group in a line (the optimizer named when it is not SGD)."""
-    partition, mechanism, epsilon, optimizer = group
-    return f"beta={partition} {mechanism} eps={epsilon:g}" + ("" if optimizer == "sgd" else f" {optimizer}")
+    """'beta=0.3 dirichlet eps=1 adam fedadam': a tuned group in a line (the optimizer named when it is not SGD,
+    the strategy when it is not fedavg)."""
+    partition, mechanism, epsilon, optimizer, strategy = group
+    return (f"beta={partition} {mechanism} eps={epsilon:g}" + ("" if optimizer == "sgd" else f" {optimizer}")
+            + ("" if strategy == "fedavg" else f" {strategy}"))
 
 
-def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[Group, float]:
-    """The rate chosen for every tuned (partition, mechanism, eps, optimizer) of the study, from its tuning rows."""
+def chosen_rates(study: Study, rows: list[dict[str, object]]) -> dict[Group, tuple[float, float]]:
+    """The (client rate, server rate) chosen for every tuned (partition, mechanism, eps, optimizer, strategy) of
+    the study, from its tuning rows (server rate 0: a strategy without one)."""
     chosen = {}
     for group, members in tuning_groups(study, rows).items():
         try:
-            chosen[group] = choose_rate(members)
+            chosen[group] = choose_rates(members)
         except ValueError as error:
             raise ValueError(f"tuning {describe_group(group)}: {error}") from None
     return chosen
@@ -222,32 +317,61 @@ def edge_warnings(study: Study, rows: list[dict[str, object]]) -> list[str]:
     two or more rates tried once the grid has been extended as far as --rate-extension-steps allows: the best
     rate may lie beyond, so the cells may run at a worse one (the robustness grid of BENCHMARKS.md section
     11.2 found GroupNorm networks tuned to the grid's lowest rate, and collapsing). A tie with an inner rate is
-    no warning: the best lies inside."""
-    grids = study_grids(study)
+    no warning: the best lies inside. The client rate is judged among the runs at the server rate chosen, the
+    server rate among the runs at the client rate chosen (--server-rate-grid is never extended)."""
     lines = []
     for group, members in tuning_groups(study, rows).items():
-        mechanism, optimizer = group[1], group[3]
-        grid, good, flag = grids[optimizer][mechanism], good_rates(members), GRID_FLAGS[optimizer]
-        tried = sorted({float(str(r["learning_rate"])) for r in members})
-        if len(grid) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
-            continue
-        edge, side = ("lowest", "below") if good[0] == tried[0] else ("highest", "above")
-        beyond = [r for r in tried if (r < grid[0] if side == "below" else r > grid[-1])]
-        grid_text_ = f"{flag} {mechanism}={'/'.join(f'{r:g}' for r in grid)}"
-        where = (f"the {edge} of {grid_text_}" if not beyond else
-                 f"the {edge} of the rates tried ({grid_text_} and {len(beyond)} step{'s' * (len(beyond) > 1)} "
-                 f"{side} it, {'/'.join(f'{r:g}' for r in beyond)}: the most --rate-extension-steps="
-                 f"{study.rate_extension_steps} allows)")
-        lines.append(f"tuning {describe_group(group)}: the rate chosen, {good[0]:g}, is {where} and the only one "
-                     f"within a point of the best; a better one may lie {side} it: widen {flag}")
+        rate, server_rate = choose_rates(members)
+        partition, mechanism, epsilon, optimizer, strategy = group
+        grid = client_rates(study, Cell(partition, mechanism, epsilon, TUNING_SEED, optimizer, strategy))
+        client_line = _client_edge(study, group, grid, [r for r in members if server_rate_of(r) == server_rate])
+        lines += [client_line] if client_line else []
+        if strategy in SERVER_RATE_STRATEGIES:
+            at_rate = [r for r in members if float(str(r["learning_rate"])) == rate]
+            server_line = _server_edge(group, server_rates(study, strategy), at_rate)
+            lines += [server_line] if server_line else []
     return lines
 
 
+def _client_edge(study: Study, group: Group, grid: tuple[float, ...], members: list[dict[str, object]]) -> str:
+    """edge_warnings' line for the client rate of `group` over its runs `members` at one server rate ('': none)."""
+    mechanism, optimizer = group[1], group[3]
+    good, flag = good_rates(members), GRID_FLAGS[optimizer]
+    tried = sorted({float(str(r["learning_rate"])) for r in members})
+    if len(grid) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
+        return ""
+    edge, side = ("lowest", "below") if good[0] == tried[0] else ("highest", "above")
+    beyond = [r for r in tried if (r < grid[0] if side == "below" else r > grid[-1])]
+    grid_text_ = f"{flag} {mechanism}={'/'.join(f'{r:g}' for r in grid)}"
+    where = (f"the {edge} of {grid_text_}" if not beyond else
+             f"the {edge} of the rates tried ({grid_text_} and {len(beyond)} step{'s' * (len(beyond) > 1)} "
+             f"{side} it, {'/'.join(f'{r:g}' for r in beyond)}: the most --rate-extension-steps="
+             f"{study.rate_extension_steps} allows)")
+    return (f"tuning {describe_group(group)}: the rate chosen, {good[0]:g}, is {where} and the only one "
+            f"within a point of the best; a better one may lie {side} it: widen {flag}")
+
+
+def _server_edge(group: Group, grid: tuple[float, ...], members: list[dict[str, object]]) -> str:
+    """edge_warnings' line for the server rate of `group` over its runs `members` at one client rate ('': none)."""
+    good = sorted({server for _, server in good_pairs(members)})
+    if len(grid) < 2 or len(good) != 1 or good[0] not in (grid[0], grid[-1]):
+        return ""
+    edge, side = ("lowest", "below") if good[0] == grid[0] else ("highest", "above")
+    return (f"tuning {describe_group(group)}: the server rate chosen, {good[0]:g}, is the {edge} of "
+            f"{SERVER_GRID_FLAG} {group[4]}={'/'.join(f'{r:g}' for r in grid)} and the only one within a point of "
+            f"the best; a better one may lie {side} it: widen {SERVER_GRID_FLAG}")
+
+
 def describe_choice(study: Study, rows: list[dict[str, object]]) -> list[dict[str, object]]:
-    """Each tuned group's choice and every rate it tried, grid and extensions (for the summary and strict
-    JSON: eps infinity as 'inf')."""
-    tried = {group: sorted({float(str(r["learning_rate"])) for r in members})
-             for group, members in tuning_groups(study, rows).items()}
-    return [{"beta": p, "mechanism": m, "epsilon": e if math.isfinite(e) else "inf", "delta": PAPER_DELTA,
-             "optimizer": o, "learning_rate": rate, "tried": tried[(p, m, e, o)]}
-            for (p, m, e, o), rate in chosen_rates(study, rows).items()]
+    """Each tuned group's choice and every rate it tried, grid and extensions, and every server rate (for the
+    summary and strict JSON: eps infinity as 'inf'; a strategy without a server rate: server rate None)."""
+    groups = tuning_groups(study, rows)
+    choices: list[dict[str, object]] = []
+    for (p, m, e, o, s), (rate, server_rate) in chosen_rates(study, rows).items():
+        members = groups[(p, m, e, o, s)]
+        choices.append({"beta": p, "mechanism": m, "epsilon": e if math.isfinite(e) else "inf",
+                        "delta": PAPER_DELTA, "optimizer": o, "learning_rate": rate,
+                        "tried": sorted({float(str(r["learning_rate"])) for r in members}), "strategy": s,
+                        "server_learning_rate": server_rate or None,
+                        "server_tried": sorted({server_rate_of(r) for r in members if server_rate_of(r)})})
+    return choices

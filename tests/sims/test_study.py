@@ -95,6 +95,14 @@ def test_a_tiny_study_writes_the_table_and_pictures_and_resume_adds_no_row(tmp_p
     (["--rate-grid", "none=fast"], "--rate-grid none 'fast' is invalid"),
     (["--rate-grid", "none"], "--rate-grid item 'none' is invalid"),
     (["--learning-rate", "0"], "--learning-rate=0.0 is out of range"),
+    (["--strategies", "fedavg,fedsgd"], "--strategies='fedavg,fedsgd' is invalid: give one or more of fedavg,"),
+    (["--strategies", ","], "--strategies=',' is invalid"),
+    (["--strategies", "fedadam", "--server-rate-grid", "fedadam=0"], "--server-rate-grid fedadam=0 is out of range"),
+    (["--strategies", "fedavgm", "--server-rate-grid", "fedavgm=0.1/-1"],
+     "--server-rate-grid fedavgm=0.1/-1 is out of range"),
+    (["--server-rate-grid", "fedprox=0.1"], "--server-rate-grid: strategy 'fedprox' has no server learning rate"),
+    (["--proximal-mu", "0.1"], "--proximal-mu=0.1 has no effect without fedprox in --strategies=fedavg"),
+    (["--strategies", "fedprox", "--proximal-mu", "-1"], "--proximal-mu=-1.0 is out of range"),
 ])
 def test_bad_input_is_one_line_naming_the_flag_before_training(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], no_training: None, change: list[str], flag: str) -> None:

@@ -18,7 +18,7 @@ from sims.fedavg_loop import LoopResult, run_fedavg
 from sims.study import cell as study_cell
 from sims.study import tuning as study_tuning
 from sims.study.runner import TUNING_FILE
-from sims.study.tuning import choose_rate
+from sims.study.tuning import choose_rate, choose_rates
 from tests.sims.test_study import write_dermamnist
 
 TINY = ["--num-clients", "2", "--epsilons", "8", "--seeds", "2", "--rounds", "1", "--local-epochs", "0.5",
@@ -249,21 +249,27 @@ def test_a_study_folder_from_before_the_optimizer_axis_resumes_and_renders_as_sg
     study = Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,), warmup_rounds=0,
                   rate_extension_steps=0)
     legacy = json.loads(describe(study))
-    for key in ("optimizers", "adam_rate_grid", "rate_extension_steps"):
+    for key in ("optimizers", "adam_rate_grid", "rate_extension_steps", "strategies", "server_rate_grid",
+                "proximal_mu"):
         del legacy[key]
     (tmp_path / STUDY_FILE).write_text(json.dumps(legacy))
-    old_columns = [c for c in COLUMNS if c not in ("optimizer", "collapsed", "predicted_classes")]
+    old_columns = [c for c in COLUMNS if c not in ("optimizer", "collapsed", "predicted_classes", "strategy",
+                                                   "server_learning_rate")]
     row = {"beta": "central", "epsilon": 1.0, "mechanism": "dirichlet", "seed": 0, "status": "ok", "accuracy": 0.9,
            "balanced_accuracy": 0.8, "macro_auc": 0.9, "worst_client_accuracy": 0.9, "median_client_accuracy": 0.9,
            "max_client_epsilon": 1.0, "learning_rate": 0.05, "client_accuracies": "0.9"}
     (tmp_path / "table.csv").write_text(csv_text([row], old_columns))
-    assert load_study(tmp_path / STUDY_FILE).optimizers == ("sgd",)
+    loaded = load_study(tmp_path / STUDY_FILE)
+    assert (loaded.optimizers, loaded.strategies, loaded.server_rate_grid) == (("sgd",), ("fedavg",), "")
     done, _ = resumable(tmp_path, study)
     assert [row_key(r) for r in done] == [cell.key for cell in cells(study)]  # nothing left to run
     assert "| central | dirichlet | sgd | 1 | 1 |" in markdown_table(done, study)
     with pytest.raises(ValueError, match="--optimizers differ"):
         resumable(tmp_path, Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,),
                                   warmup_rounds=0, rate_extension_steps=0, optimizers=("sgd", "adam")))
+    with pytest.raises(ValueError, match="--strategies differ"):
+        resumable(tmp_path, Study(partitions=("central",), epsilons=(1.0,), mechanisms=("dirichlet",), seeds=(0,),
+                                  warmup_rounds=0, rate_extension_steps=0, strategies=("fedavg", "fedprox")))
 
 
 def test_the_grid_is_extended_geometrically_beyond_an_edge_rate_a_bounded_number_of_steps() -> None:
@@ -324,3 +330,81 @@ def test_the_tuner_extends_an_edge_choice_records_what_it_tried_and_warns_only_a
     monkeypatch.setattr(study_tuning, "run_fedavg", refuse)  # --resume: every extension run is done
     monkeypatch.setattr(study_cell, "run_fedavg", refuse)
     assert main([*argv, "--resume"]) == 0
+
+
+def test_each_strategy_is_an_axis_tuned_over_its_own_server_grid_and_resume_refuses_another_list(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--strategies fedavg,fedadam: FedAvg tunes its client rate, FedAdam every (client rate, server rate) pair of
+    its own grids; every table.csv and tuning.csv row names its strategy (and FedAdam's its server rate), table.md
+    and study.json carry it, FedAdam's aggregation gives other models than FedAvg's, and --resume with another
+    strategy list is refused in one line."""
+    data = write_dermamnist(tmp_path / "d.npz")
+    seen: list[tuple[str, float, float]] = []
+
+    def spy(config: RunConfig, clients: int) -> LoopResult:
+        seen.append((config.strategy.name, config.lr.rate, config.strategy.server_learning_rate))
+        return run_fedavg(config, clients)
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", spy)
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "iid", *TINY, "--seeds", "1", "--mechanisms", "dirichlet",
+            "--rate-grid", "dirichlet=0.05/0.1", "--strategies", "fedavg,fedadam",
+            "--server-rate-grid", "fedadam=0.01/0.03", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    assert sorted(seen) == [("fedadam", 0.05, 0.01), ("fedadam", 0.05, 0.03), ("fedadam", 0.1, 0.01),
+                            ("fedadam", 0.1, 0.03), ("fedavg", 0.05, 0.0), ("fedavg", 0.1, 0.0)]
+    report = json.loads(capsys.readouterr().out)
+    tuning = tuning_rows(out)
+    assert sorted((r["strategy"], r["learning_rate"], r["server_learning_rate"]) for r in tuning) == [
+        ("fedadam", "0.05", "0.01"), ("fedadam", "0.05", "0.03"), ("fedadam", "0.1", "0.01"),
+        ("fedadam", "0.1", "0.03"), ("fedavg", "0.05", ""), ("fedavg", "0.1", "")]
+    with open(out / "table.csv", newline="") as handle:
+        table = {r["strategy"]: r for r in csv.DictReader(handle)}
+    assert set(table) == {"fedavg", "fedadam"}
+    for strategy, row in table.items():
+        mine = [x for x in tuning if x["strategy"] == strategy]
+        rate, server_rate = choose_rates(mine)  # each strategy chose from its own runs
+        assert (float(row["learning_rate"]), float(row["server_learning_rate"] or 0)) == (rate, server_rate)
+        assert row["status"] == "ok" and row["rate_source"] == "validation"
+    assert table["fedavg"]["server_learning_rate"] == "" and table["fedadam"]["server_learning_rate"] != ""
+    assert {(r["strategy"], r["server_learning_rate"]) for r in report["rates"]} == {
+        ("fedavg", None), ("fedadam", float(table["fedadam"]["server_learning_rate"]))}
+    at_rate = {(r["strategy"], r["server_learning_rate"]): r["macro_auc"] for r in tuning
+               if r["learning_rate"] == "0.05"}
+    assert at_rate[("fedavg", "")] not in (at_rate[("fedadam", "0.01")], at_rate[("fedadam", "0.03")])
+    metrics = ("accuracy", "balanced_accuracy", "macro_auc", "client_accuracies")
+    assert [table["fedavg"][m] for m in metrics] != [table["fedadam"][m] for m in metrics]
+    recorded = json.loads((out / "study.json").read_text())
+    assert (recorded["strategies"], recorded["server_rate_grid"]) == (["fedavg", "fedadam"], "fedadam=0.01/0.03")
+    markdown = (out / "table.md").read_text()
+    assert "| strategy |" in markdown
+    assert "| iid | dirichlet | sgd | fedavg | 8 | 1 |" in markdown
+    assert "| iid | dirichlet | sgd | fedadam | 8 | 1 |" in markdown
+
+    capsys.readouterr()
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    assert main([*argv, "--resume"]) == 0  # the same list: nothing reruns
+    capsys.readouterr()
+    changed = [*argv, "--resume"]
+    changed[changed.index("fedavg,fedadam")] = "fedavg,fedavgm"
+    assert main(changed) == 2
+    error = capsys.readouterr().err
+    assert "was made with other settings (--server-rate-grid, --strategies differ)" in error
+    assert error.count("\n") == 1
+
+
+def test_a_server_rate_chosen_at_the_edge_of_its_grid_is_named_with_the_fix() -> None:
+    from sims.study.plan import Study
+    from sims.study.tuning import edge_warnings
+
+    study = Study(partitions=("iid",), epsilons=(1.0,), mechanisms=("none",), strategies=("fedadam",),
+                  server_rate_grid="fedadam=0.003/0.01/0.03", learning_rate=0.05)
+    rows: list[dict[str, object]] = [
+        {"beta": "iid", "mechanism": "none", "epsilon": float("inf"), "learning_rate": 0.05, "status": "ok",
+         "strategy": "fedadam", "server_learning_rate": server, "balanced_accuracy": score}
+        for server, score in ((0.003, 0.5), (0.01, 0.6), (0.03, 0.7))]
+    assert edge_warnings(study, rows) == [
+        "tuning beta=iid none eps=inf fedadam: the server rate chosen, 0.03, is the highest of --server-rate-grid "
+        "fedadam=0.003/0.01/0.03 and the only one within a point of the best; a better one may lie above it: widen "
+        "--server-rate-grid"]
