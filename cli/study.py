@@ -131,7 +131,7 @@ def rate_flags(parser: argparse.ArgumentParser, add: Callable[..., None], grid: 
 
 def strategy_flags(add: Callable[..., None]) -> None:
     """--strategies, --server-rate-grid and --proximal-mu (shared with the `bench accuracy` preset)."""
-    from dirichlet_fl.config import STRATEGIES
+    from dirichlet_fl.config_groups import STRATEGIES
     from sims.study.plan import DEFAULT_PROXIMAL_MU, SERVER_RATE_STRATEGIES
     from sims.study.tuning import SERVER_GRID, server_grid_text
 

@@ -12,7 +12,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from dirichlet_fl.config import STRATEGIES, RunConfig
+from dirichlet_fl.config import RunConfig
+from dirichlet_fl.config_groups import STRATEGIES
 from sims import fedavg_loop
 from sims.fedavg_loop import FedAvgLoop
 from strategies.private import PrivateStrategy
