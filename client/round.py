@@ -17,9 +17,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from client.durable.lifetime_ledger import LifetimeLedger
-from client.proximal import add_proximal_term
 from client.rate_and_randomness import client_generator, client_learning_rate
-from client.training import PoissonBatches, make_optimizer, train_locally
+from client.training import PoissonBatches, private_trainer
 from dirichlet_fl.client_plan import mechanism_spec
 from dirichlet_fl.config import SYNTHETIC, RunConfig
 from dirichlet_fl.data.augmentation import augmentation
@@ -251,15 +250,14 @@ def train_round(
         model = build_run_model(config, data).to(shard.train_x.device)
         load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard, server_round)
-        plain = make_optimizer(config.training.optimizer, model, learning_rate)
-        add_proximal_term(plain, config.strategy.client_proximal_mu)  # fedprox; before a mechanism wraps it
-        wrapped, optimizer = mechanism.wrap(model, plain)
+        trainer = private_trainer(mechanism, model, config.training.optimizer, learning_rate,
+                                  proximal_mu=config.strategy.client_proximal_mu)
         generator = client_generator(
             config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce
         )
         privacy_rng = SecureRandom() if config.secure_rng or node.secure_rng else None
         batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng)
-        mean_loss = train_locally(wrapped, optimizer, mechanism, batches, steps, on_step=progress)
+        mean_loss = trainer.train(batches, steps, on_step=progress)
     except LifetimeBudgetSpent as error:  # write_ahead's locked re-check: another run at the site trained meanwhile
         return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", summary))
     except Exception as error:  # the ledger survives: every step was composed before it ran
