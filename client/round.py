@@ -91,6 +91,17 @@ class NodeResources:
     """The node draws its privacy randomness from the OS's CSPRNG whatever the run config says (a site)."""
 
 
+class Refusal(Exception):
+    """A request answered with an Error reply instead of a result: its error code (dirichlet_fl.protocol), its
+    reason (one line, then the ledger summary when there is one: error_reason) and what a site sends the
+    coordinator instead when the reason may quote a file's contents or an unforeseen error's text (empty:
+    the reason itself). Raised where the failure is met, turned into the reply in one place."""
+
+    def __init__(self, code: int, reason: str, public: str = "") -> None:
+        super().__init__(reason)
+        self.code, self.reason, self.public = code, reason, public
+
+
 @dataclass
 class RoundOutcome:
     """A round's result: the updated weights and metrics, or an error code (dirichlet_fl.protocol)
