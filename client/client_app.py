@@ -13,7 +13,9 @@ ahead (the round's planned steps already composed, the state before the round ke
 after the round the exact ledger replaces it. A killed round leaves its plan, which the next reader
 replaces by the steps it actually composed (client/progress.py): never an under-statement, never a
 round composed twice. A request the site refuses writes nothing. An Error reply carries the ledger
-summary in its reason (dirichlet_fl.protocol.error_reason).
+summary in its reason (dirichlet_fl.protocol.error_reason). The three places a ledger can live are the
+three stores of client/durable/stores.py (saved, reserve, commit), one chosen per message; every
+refusal is raised as a client.round.Refusal and turned into the Error reply in one place (`_answer`).
 
 A message that names a client (CLIENT_ID_KEY: num-clients, simulation only) is for that virtual client:
 the node serves its shard and its ledger file (`partition-<client id>.json`), never its own partition's,
@@ -29,20 +31,26 @@ without its paths or exact counts. The server receives only what aggregation and
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from torch import Tensor
 
 from client.durable.run_state_file import RunStateFile
 from client.durable.secret_store import new_nonce, run_noise_key
-from client.progress import RoundProgress
-from client.round import NodeResources, accountant_summary, evaluate_round, train_round
+from client.durable.stores import (
+    LedgerStore,
+    NodeStateStore,
+    RunFileStore,
+    SiteLedgerStore,
+    remember,
+)
+from client.round import Client, NodeResources, Refusal, accountant_summary, evaluate_round, train_round
 from client.secagg_plus import aggregation_mod
 from client.site import (
     SitePolicy,
@@ -71,8 +79,8 @@ from dirichlet_fl.protocol import (
     number,
     one_line,
 )
+from privacy.mechanisms import Mechanism
 
-STATE_KEY = "privacy"
 NONCE_KEY = "site-noise"
 """context.state record: the noise nonce this node drew for each run (by run id)."""
 
@@ -104,18 +112,23 @@ def virtual_client(msg: Message) -> int | None:
     return None if config is None or CLIENT_ID_KEY not in config else int(cast(int, config[CLIENT_ID_KEY]))
 
 
-def code_refusal(msg: Message) -> Message | None:
-    """A CODE_MISMATCH reply when the message carries the server's client code and this process loaded other
-    code (a stale checkout shadowing the submitted app), so that a run never trains with code nobody submitted."""
+def code_mismatch(msg: Message) -> str | None:
+    """Why this node refuses the message: it carries the server's client code and this process loaded other code
+    (a stale checkout shadowing the submitted app), so that a run never trains with code nobody submitted."""
     config = msg.content.config_records.get("config")
     if config is None or CODE_KEY not in config or str(config[CODE_KEY]) == code_fingerprint(APP_DIR):
         return None
-    reason = (
+    return (
         f"this node loaded the client code in {APP_DIR}, which differs from the submitted app's: "
         "a checkout on the worker's path shadows the bundle; start the SuperLink from a folder that holds "
         "no copy of this project (scripts/run.sh does)"
     )
-    return _failure(msg, CODE_MISMATCH, reason, None, on_deployment_engine())
+
+
+def code_refusal(msg: Message) -> Message | None:
+    """The CODE_MISMATCH reply to a message `code_mismatch` refuses, else None."""
+    reason = code_mismatch(msg)
+    return None if reason is None else _failure(msg, CODE_MISMATCH, reason, None, on_deployment_engine())
 
 
 def _run_nonce(context: Context, node_ledger_nonce: str | None) -> str:
@@ -152,55 +165,6 @@ def run_state_file(msg: Message, partition_id: int) -> RunStateFile | None:
     return None
 
 
-@dataclass
-class _Durable:
-    """Where this client's ledger lives between messages: the site's lifetime ledger, else the run's
-    ledger file, else context.state only (nothing durable)."""
-
-    node: NodeResources
-    run_file: RunStateFile | None
-    nonce: str
-    server_round: int
-    progress: RoundProgress | None = None
-    eps_applies: bool = True
-    """False under allow-batch-norm: the lifetime ledger then records the run as covered by no eps."""
-
-    def saved(self, context: Context) -> dict[str, Any] | None:
-        """The client's ledger for this run (an interrupted round replaced by what it ran)."""
-        if self.node.lifetime_ledger is not None:
-            return self.node.lifetime_ledger.current(self.node.run_key)
-        if self.run_file is not None:
-            return self.run_file.current()
-        if STATE_KEY not in context.state:
-            return None
-        return json.loads(str(context.state.config_records[STATE_KEY]["mechanism"]))
-
-    def write_ahead(self, done: dict[str, Any], planned: dict[str, Any]) -> Callable[[int], None] | None:
-        """Record the round's plan before its first step; returns the round's progress recorder."""
-        lifetime = self.node.lifetime_ledger
-        if lifetime is not None:
-            self.progress = lifetime.reserve(
-                self.node.run_key, done, planned, self.server_round, self.nonce, self.eps_applies
-            )
-        elif self.run_file is not None:
-            self.progress = self.run_file.reserve(done, planned, self.server_round)
-        return self.progress
-
-    def commit(self, state: dict[str, Any]) -> None:
-        """Replace the plan by the exact ledger; nothing when nothing was written ahead (a refusal)."""
-        if self.progress is None:
-            return
-        try:
-            if self.node.lifetime_ledger is not None:
-                self.node.lifetime_ledger.commit(self.node.run_key, state, self.eps_applies)
-            elif self.run_file is not None:
-                self.run_file.commit(state, self.server_round)
-        except BaseException:
-            self.progress.abandon()
-            raise
-        self.progress.finish()
-
-
 def _failure(
     msg: Message, code: int, reason: str, policy: SitePolicy | None = None, site: bool = False, public: str = ""
 ) -> Message:
@@ -212,7 +176,7 @@ def _failure(
     return Message(Error(code, reason), reply_to=msg)
 
 
-def _setup_failure(msg: Message, error: Exception, policy: SitePolicy | None, site: bool) -> Message:
+def _setup_refusal(error: Exception) -> Refusal:
     """SETUP_FAILED for a failure before training: a bad node config or run config is named as it is; a file
     that could not be read, or anything unforeseen, reaches the coordinator as what failed and its type."""
     if isinstance(error, UnreadableFile):
@@ -221,7 +185,84 @@ def _setup_failure(msg: Message, error: Exception, policy: SitePolicy | None, si
         public = ""
     else:
         public = f"setup failed ({type(error).__name__}); the site's own log has the details"
-    return _failure(msg, SETUP_FAILED, error_reason(failure_line(error), None), policy, site, public)
+    return Refusal(SETUP_FAILED, error_reason(failure_line(error), None), public)
+
+
+@dataclass
+class _Exchange:
+    """One message being answered, and what the node has learnt of itself so far (its policy, whether it is a
+    site), so that every refusal becomes its Error reply in one place (`reply`), sanitized at a site."""
+
+    msg: Message
+    policy: SitePolicy | None = None
+    site: bool = field(default_factory=on_deployment_engine)
+
+    def reply(self, refusal: Refusal) -> Message:
+        return _failure(self.msg, refusal.code, refusal.reason, self.policy, self.site, refusal.public)
+
+
+def _answer(msg: Message, context: Context, handle: Callable[[_Exchange, Context], Message]) -> Message:
+    """`handle` the message; a Refusal it raises becomes the Error reply (never a traceback)."""
+    exchange = _Exchange(msg)
+    try:
+        return handle(exchange, context)
+    except Refusal as refusal:
+        return exchange.reply(refusal)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What a train or evaluate message asks, once opened: the run config as the site runs it (its own
+    data-root), the node's policy (a virtual client's: its partition) and the global weights."""
+
+    config: RunConfig
+    policy: SitePolicy
+    weights: dict[str, Tensor]
+
+
+def _opened(
+    exchange: _Exchange, context: Context, refusal: Callable[[SitePolicy, RunConfig], str | None]
+) -> _Request:
+    """The prologue of train and evaluate: the server's client code checked, the run config parsed, the node's
+    policy, the site's `refusal` of the run config (before anything is opened: a refused request writes
+    nothing), the site's config and the weights. Raises Refusal: CODE_MISMATCH, POLICY_REFUSED, SETUP_FAILED."""
+    if (mismatch := code_mismatch(exchange.msg)) is not None:
+        raise Refusal(CODE_MISMATCH, mismatch)
+    try:
+        config = parse_run_config(context.run_config)
+        exchange.policy, exchange.site = _site(context, exchange.msg, config)
+        if (refused := refusal(exchange.policy, config)) is not None:
+            raise Refusal(POLICY_REFUSED, f"client {exchange.policy.partition_id}: {refused}")
+        weights = arrays_of(exchange.msg.content).to_torch_state_dict()
+        return _Request(exchange.policy.site_config(config), exchange.policy, weights)
+    except Refusal:
+        raise
+    except Exception as error:  # a bad run config or node config: named, never a traceback
+        raise _setup_refusal(error) from None
+
+
+def _run_refusal(policy: SitePolicy, config: RunConfig) -> str | None:
+    """Why the site refuses to train this run config at the budget the run asks of it (SitePolicy.refusal)."""
+    return policy.refusal(config, config.privacy.target_epsilon_for(policy.partition_id, policy.num_partitions))
+
+
+def _ledger_store(
+    exchange: _Exchange, context: Context, partition_id: int, node: NodeResources, nonce: str, server_round: int,
+    eps_applies: bool,
+) -> LedgerStore:
+    """Where this client's ledger lives, chosen once: the site's lifetime ledger, else the run's ledger file,
+    else context.state only. A site keeps its ledger in its own ledger-dir (or its state), never in a folder the
+    message names; a virtual client keeps it in the run folder only (`eps_applies` False: allow-batch-norm)."""
+    lifetime, msg = node.lifetime_ledger, exchange.msg
+    run_file = None if lifetime is not None or exchange.site else run_state_file(msg, partition_id)
+    if run_file is None and virtual_client(msg) is not None:
+        raise ValueError(f"client {partition_id}: a virtual client keeps its ledger in the run folder, "
+                         f"but the message names none ({RUN_DIR_KEY})")
+    if lifetime is not None:
+        return SiteLedgerStore(lifetime, node.run_key, server_round, nonce, eps_applies)
+    if run_file is not None:
+        return RunFileStore(run_file, server_round)
+    return NodeStateStore(context.state)
 
 
 def _shown(metrics: dict[str, Any], config: RunConfig, site: bool) -> dict[str, Any]:
@@ -237,82 +278,72 @@ def train(msg: Message, context: Context) -> Message:
     """Train from the received global weights; reply with weights, loss and the client's cumulative eps.
 
     Every failure becomes one sanitized line in an Error reply (never a traceback)."""
-    policy, site = None, on_deployment_engine()
-    if (refused := code_refusal(msg)) is not None:
-        return refused
+    return _answer(msg, context, _train)
+
+
+def _train(exchange: _Exchange, context: Context) -> Message:
+    request = _opened(exchange, context, _run_refusal)
+    config, msg = request.config, exchange.msg
     try:
-        config = parse_run_config(context.run_config)
-        policy, site = _site(context, msg, config)
-        client = site_client(policy, config)
-        refusal = policy.refusal(config, config.privacy.target_epsilon_for(policy.partition_id, policy.num_partitions))
-        if refusal is not None:  # before anything is opened: a refused request writes nothing
-            return _failure(msg, POLICY_REFUSED, f"client {client.partition_id}: {refusal}", policy, site)
-        config = policy.site_config(config)
-        node, nonce = _node(policy, config, context)
+        client = site_client(request.policy, config)
+        node, nonce = _node(request.policy, config, context)
         server_round = int(number(msg.content, "config", "server-round"))
-        # a site keeps its ledger in its own ledger-dir (or its state), never in a folder the message names
-        run_file = None if node.lifetime_ledger is not None or site else run_state_file(msg, client.partition_id)
-        durable = _Durable(node, run_file, nonce, server_round, eps_applies=not config.network.allow_batch_norm)
-        virtual = virtual_client(msg) is not None
-        if virtual and durable.run_file is None:
-            raise ValueError(f"client {client.partition_id}: a virtual client keeps its ledger in the run folder, "
-                             f"but the message names none ({RUN_DIR_KEY})")
-        saved = durable.saved(context)
-        weights = arrays_of(msg.content).to_torch_state_dict()
+        store = _ledger_store(exchange, context, client.partition_id, node, nonce, server_round,
+                              eps_applies=not config.network.allow_batch_norm)
+        saved = store.saved()
     except Exception as error:  # a bad node config, data file or ledger file: named, never reset
-        return _setup_failure(msg, error, policy, site)
+        raise _setup_refusal(error) from None
     try:
-        outcome = train_round(config, client, saved, weights, server_round, durable.write_ahead, node)
+        outcome = train_round(config, client, saved, request.weights, server_round, store.reserve, node)
     except Exception as error:  # anything unforeseen: one line; the ledger file already holds the steps
-        if durable.progress is not None:
-            durable.progress.abandon()  # its count replaces the plan for the next reader
+        store.abandon()  # its count replaces the plan for the next reader
         text = f"client {client.partition_id}: {one_line(error)}"
         public = f"client {client.partition_id}: training failed ({type(error).__name__})"
-        return _failure(msg, TRAINING_FAILED, error_reason(text, None), policy, site, public)
+        raise Refusal(TRAINING_FAILED, error_reason(text, None), public) from None
     if outcome.mechanism is not None:  # saved before replying, error or not: the ledger must survive
-        state = outcome.mechanism.state_dict()
-        if not virtual:  # a virtual client's ledger is its file alone: the node serves other clients
-            context.state[STATE_KEY] = ConfigRecord({"mechanism": json.dumps(state)})
-        try:
-            durable.commit(state)
-        except (OSError, ValueError) as error:  # the write-ahead record (an over-statement) stays in place
-            text = f"client {client.partition_id}: cannot save its ledger: {one_line(error)}"
-            public = f"client {client.partition_id}: cannot save its ledger ({type(error).__name__})"
-            summary = accountant_summary(config, client, outcome.mechanism)
-            return _failure(
-                msg, TRAINING_FAILED, error_reason(text, summary), policy, site, error_reason(public, summary)
-            )
+        _save_ledger(outcome.mechanism, store, context, config, client, virtual=virtual_client(msg) is not None)
     if outcome.error_code is not None or outcome.weights is None:
-        return _failure(msg, outcome.error_code or TRAINING_FAILED, outcome.reason, policy, site, outcome.public)
-    metrics = MetricRecord(_shown(dict(outcome.metrics), config, site))
+        raise Refusal(outcome.error_code or TRAINING_FAILED, outcome.reason, outcome.public)
+    metrics = MetricRecord(_shown(dict(outcome.metrics), config, exchange.site))
     content = RecordDict({"arrays": ArrayRecord(outcome.weights), "metrics": metrics})
     return Message(content=content, reply_to=msg)
+
+
+def _save_ledger(
+    mechanism: Mechanism, store: LedgerStore, context: Context, config: RunConfig, client: Client, virtual: bool
+) -> None:
+    """Keep the client's ledger in context.state (not a virtual client's: the node serves other clients) and
+    commit it to its store; a Refusal when it cannot be saved (the write-ahead plan, an over-statement, stays)."""
+    state = mechanism.state_dict()
+    if not virtual:
+        remember(context.state, state)
+    try:
+        store.commit(state)
+    except (OSError, ValueError) as error:
+        text = f"client {client.partition_id}: cannot save its ledger: {one_line(error)}"
+        public = f"client {client.partition_id}: cannot save its ledger ({type(error).__name__})"
+        summary = accountant_summary(config, client, mechanism)
+        raise Refusal(TRAINING_FAILED, error_reason(text, summary), error_reason(public, summary)) from None
 
 
 @app.evaluate()
 def evaluate_locally(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the received global model on this client's local test share, and its
     per-class hits and totals (which the server sums: docs/privacy.md says what they reveal)."""
-    policy, site = None, on_deployment_engine()
-    if (refused := code_refusal(msg)) is not None:
-        return refused
+    return _answer(msg, context, _evaluate)
+
+
+def _evaluate(exchange: _Exchange, context: Context) -> Message:
+    request = _opened(exchange, context, lambda policy, config: policy.path_refusal(config))
+    policy = request.policy
+    node = NodeResources(aggregation_weight=policy.aggregation_weight, count_rounding=policy.count_rounding)
     try:
-        config = parse_run_config(context.run_config)
-        policy, site = _site(context, msg, config)
-        if (refusal := policy.path_refusal(config)) is not None:
-            return _failure(msg, POLICY_REFUSED, f"client {policy.partition_id}: {refusal}", policy, site)
-        config = policy.site_config(config)
-        node = NodeResources(aggregation_weight=policy.aggregation_weight, count_rounding=policy.count_rounding)
-        weights = arrays_of(msg.content).to_torch_state_dict()
-    except Exception as error:
-        return _setup_failure(msg, error, policy, site)
-    try:
-        metrics = evaluate_round(config, site_client(policy, config), weights, node)
+        metrics = evaluate_round(request.config, site_client(policy, request.config), request.weights, node)
     except Exception as error:  # the data (UnreadableFile) or the model: what failed, never the text at a site
         public = error.public if isinstance(error, UnreadableFile) else f"evaluation failed ({type(error).__name__})"
         text = f"client {policy.partition_id}: {failure_line(error)}"
-        return _failure(msg, SETUP_FAILED, text, policy, site, f"client {policy.partition_id}: {public}")
-    return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+        raise Refusal(SETUP_FAILED, text, f"client {policy.partition_id}: {public}") from None
+    return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=exchange.msg)
 
 
 @app.query()

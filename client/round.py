@@ -17,9 +17,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from client.durable.lifetime_ledger import LifetimeLedger
-from client.proximal import add_proximal_term
 from client.rate_and_randomness import client_generator, client_learning_rate
-from client.training import PoissonBatches, make_optimizer, train_locally
+from client.training import PoissonBatches, private_trainer
 from dirichlet_fl.client_plan import mechanism_spec
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.config_groups import SYNTHETIC
@@ -91,6 +90,17 @@ class NodeResources:
     to a multiple of this (`counted_examples`), so that nothing it sends reveals the exact count; 1: exact."""
     secure_rng: bool = False
     """The node draws its privacy randomness from the OS's CSPRNG whatever the run config says (a site)."""
+
+
+class Refusal(Exception):
+    """A request answered with an Error reply instead of a result: its error code (dirichlet_fl.protocol), its
+    reason (one line, then the ledger summary when there is one: error_reason) and what a site sends the
+    coordinator instead when the reason may quote a file's contents or an unforeseen error's text (empty:
+    the reason itself). Raised where the failure is met, turned into the reply in one place."""
+
+    def __init__(self, code: int, reason: str, public: str = "") -> None:
+        super().__init__(reason)
+        self.code, self.reason, self.public = code, reason, public
 
 
 @dataclass
@@ -219,25 +229,85 @@ def train_round(
     round's progress (called with the steps composed so far, before each step); if it fails, the round is
     not trained. With a lifetime
     ledger (`node.lifetime_ledger`), a new run is calibrated for what the site's lifetime budget still allows,
-    and a round that would take the site past it is refused."""
+    and a round that would take the site past it is refused. Each step raises a Refusal where it fails; it
+    becomes the error outcome here, with the mechanism once it exists (its ledger must survive)."""
     node = node or NodeResources()
-    label = f"client {client.partition_id}"
+    setup: _Setup | None = None
+    try:
+        setup = _set_up(config, client, saved, node)
+        plan = _admitted(config, client, setup.mechanism, node)
+        model, learning_rate, mean_loss = _trained(config, client, node, setup, plan, weights, server_round,
+                                                   write_ahead)
+    except Refusal as refusal:
+        mechanism = None if setup is None else setup.mechanism
+        return RoundOutcome(mechanism, error_code=refusal.code, reason=refusal.reason, public=refusal.public)
+    mechanism = setup.mechanism
+    metrics: Metrics = {
+        "num-examples": reported_weight(setup.shard.num_examples, node),
+        "partition-id": client.partition_id,
+        **accountant_summary(config, client, mechanism),
+        "learning-rate": learning_rate,
+        "can-continue": int(not mechanism.would_exceed(plan.steps, client.target_epsilon)),
+        "node-secret": int(node.secret is not None),
+        "secure-rng": int(config.randomness.secure_rng or node.secure_rng),
+    }
+    if mechanism.reports_training_loss:  # DP-SGD's loss is of the un-noised batch: its eps does not cover it
+        metrics["train-loss"] = mean_loss if math.isfinite(mean_loss) else 0.0
+    return RoundOutcome(mechanism, weights=model.state_dict(), metrics=metrics)
+
+
+def _label(client: Client) -> str:
+    return f"client {client.partition_id}"
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """The client's shard, the data it comes from (for the model's shape) and its mechanism with its ledger."""
+
+    shard: ClientShard
+    data: ImageData
+    mechanism: Mechanism
+
+
+def _set_up(config: RunConfig, client: Client, saved: dict[str, Any] | None, node: NodeResources) -> _Setup:
+    """The client's data and mechanism. Refusal: BUDGET_EXHAUSTED when the site's lifetime budget leaves a new
+    run nothing, SETUP_FAILED for data that cannot be read (its public form quotes no file) or a bad config."""
+    label = _label(client)
     try:
         shard, data = client_data(config, client)
         mechanism = _mechanism(config, client, saved, counted_examples(shard.num_examples, node, label), node)
     except LifetimeBudgetSpent as error:
-        return RoundOutcome(None, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", None))
+        raise Refusal(BUDGET_EXHAUSTED, error_reason(f"{label}: {error}", None)) from None
     except UnreadableFile as error:
-        return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None),
-                            public=error_reason(f"{label}: {error.public}", None))
+        raise Refusal(SETUP_FAILED, error_reason(f"{label}: {error}", None),
+                      error_reason(f"{label}: {error.public}", None)) from None
     except ValueError as error:
-        return RoundOutcome(None, error_code=SETUP_FAILED, reason=error_reason(f"{label}: {error}", None))
+        raise Refusal(SETUP_FAILED, error_reason(f"{label}: {error}", None)) from None
+    return _Setup(shard, data, mechanism)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A round the client can afford: its steps, its ledger with them composed (what is written ahead), the
+    nonce of its randomness (the steps composed before it, the site's other runs' included) and the
+    accountant summary before it."""
+
+    steps: int
+    planned: dict[str, Any]
+    nonce: int
+    summary: Metrics
+
+
+def _admitted(config: RunConfig, client: Client, mechanism: Mechanism, node: NodeResources) -> _Plan:
+    """The round's plan. Refusal BUDGET_EXHAUSTED when its steps would take the client past its target eps, or
+    (with a lifetime ledger) the site past its lifetime budget."""
+    label = _label(client)
     steps = config.local.steps_per_round(mechanism.sample_rate)
     summary = accountant_summary(config, client, mechanism)
     if mechanism.would_exceed(steps, client.target_epsilon):
         spent = mechanism.epsilon(config.privacy.delta)
         text = f"{label}: budget spent (eps {spent:.4f} of {client.target_epsilon:g} at delta={config.privacy.delta:g})"
-        return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, summary))
+        raise Refusal(BUDGET_EXHAUSTED, error_reason(text, summary))
     planned, lifetime, nonce = mechanism.after(steps).state_dict(), node.lifetime_ledger, mechanism.steps
     if lifetime is not None:
         if not lifetime.allows(node.run_key, planned):
@@ -245,42 +315,46 @@ def train_round(
                 f"{label}: lifetime budget spent (eps {lifetime.spent():.4f} of lifetime-epsilon={lifetime.lifetime:g} "
                 f"at delta={lifetime.delta:g}; {steps} more steps do not fit)"
             )
-            return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(text, summary))
+            raise Refusal(BUDGET_EXHAUSTED, error_reason(text, summary))
         nonce += sum(restore_mechanism(state).steps for state in lifetime.prior(node.run_key))
+    return _Plan(steps, planned, nonce, summary)
+
+
+def _trained(
+    config: RunConfig,
+    client: Client,
+    node: NodeResources,
+    setup: _Setup,
+    plan: _Plan,
+    weights: dict[str, Tensor],
+    server_round: int,
+    write_ahead: Callable[[dict[str, Any], dict[str, Any]], Callable[[int], None] | None] | None,
+) -> tuple[nn.Module, float, float]:
+    """The plan written ahead, then the round trained from `weights`: the model, its learning rate and the mean
+    loss. Refusal: BUDGET_EXHAUSTED when the write-ahead's locked re-check finds another run at the site
+    trained meanwhile, TRAINING_FAILED for any other failure (the ledger survives: every step was composed
+    before it ran; the site sends the error's type, not its text)."""
+    label, mechanism, shard = _label(client), setup.mechanism, setup.shard
     try:
-        progress = None if write_ahead is None else write_ahead(mechanism.state_dict(), planned)
-        model = build_run_model(config, data).to(shard.train_x.device)
+        progress = None if write_ahead is None else write_ahead(mechanism.state_dict(), plan.planned)
+        model = build_run_model(config, setup.data).to(shard.train_x.device)
         load_weights(model, weights, config, client)
         learning_rate = client_learning_rate(config, mechanism, model, shard, server_round)
-        plain = make_optimizer(config.training.optimizer, model, learning_rate)
-        add_proximal_term(plain, config.strategy.client_proximal_mu)  # fedprox; before a mechanism wraps it
-        wrapped, optimizer = mechanism.wrap(model, plain)
+        trainer = private_trainer(mechanism, model, config.training.optimizer, learning_rate,
+                                  proximal_mu=config.strategy.client_proximal_mu)
         generator = client_generator(
-            config, client.partition_id, server_round, shard.train_x.device, node.secret, nonce
+            config, client.partition_id, server_round, shard.train_x.device, node.secret, plan.nonce
         )
         privacy_rng = SecureRandom() if config.randomness.secure_rng or node.secure_rng else None
         batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng)
-        mean_loss = train_locally(wrapped, optimizer, mechanism, batches, steps, on_step=progress)
-    except LifetimeBudgetSpent as error:  # write_ahead's locked re-check: another run at the site trained meanwhile
-        return RoundOutcome(mechanism, error_code=BUDGET_EXHAUSTED, reason=error_reason(f"{label}: {error}", summary))
-    except Exception as error:  # the ledger survives: every step was composed before it ran
+        return model, learning_rate, trainer.train(batches, plan.steps, on_step=progress)
+    except LifetimeBudgetSpent as error:
+        raise Refusal(BUDGET_EXHAUSTED, error_reason(f"{label}: {error}", plan.summary)) from None
+    except Exception as error:
         text = f"{label}: training failed: {one_line(error)}"
         ran = accountant_summary(config, client, mechanism)
         public = f"{label}: training failed ({type(error).__name__}); the site's own log has the details"
-        return RoundOutcome(mechanism, error_code=TRAINING_FAILED, reason=error_reason(text, ran),
-                            public=error_reason(public, ran))
-    metrics: Metrics = {
-        "num-examples": reported_weight(shard.num_examples, node),
-        "partition-id": client.partition_id,
-        **accountant_summary(config, client, mechanism),
-        "learning-rate": learning_rate,
-        "can-continue": int(not mechanism.would_exceed(steps, client.target_epsilon)),
-        "node-secret": int(node.secret is not None),
-        "secure-rng": int(config.randomness.secure_rng or node.secure_rng),
-    }
-    if mechanism.reports_training_loss:  # DP-SGD's loss is of the un-noised batch: its eps does not cover it
-        metrics["train-loss"] = mean_loss if math.isfinite(mean_loss) else 0.0
-    return RoundOutcome(mechanism, weights=model.state_dict(), metrics=metrics)
+        raise Refusal(TRAINING_FAILED, error_reason(text, ran), error_reason(public, ran)) from None
 
 
 def evaluate_round(

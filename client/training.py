@@ -1,5 +1,8 @@
-"""One client's local training and evaluation loops (Algorithm 1), shared by every mechanism.
+"""One client's private trainer and its local training loop (Algorithm 1), shared by every mechanism.
 
+`private_trainer` assembles a mechanism with its model and optimizer, for the client round (client/round.py),
+the audit (sims/audit/training.py), the benchmarks (sims/bench/steps.py) and the GPU script
+(sims/gpu_cifar10.py): what they train or time is what a client runs.
 Data lives on the device as tensors; each step draws a Poisson mask there and gathers the batch by
 index (no DataLoader in the hot loop). Losses are summed on the device and read once at the end.
 With a `privacy_rng` (run-config `secure-rng`) the masks and the mechanism's draws come from the OS's
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from client.proximal import add_proximal_term
 from privacy.csprng import SecureRandom
 from privacy.mechanisms import Mechanism
 from privacy.sampling import poisson_sample
@@ -81,3 +85,33 @@ def train_locally(
             loss_sum += loss
             updates += 1
     return float(loss_sum) / updates if updates else float("nan")
+
+
+@dataclass(frozen=True)
+class PrivateTrainer:
+    """A mechanism with the model and optimizer it wraps (under DP-SGD Opacus's GradSampleModule and
+    DPOptimizer; the unwrapped model keeps the weights): what every private training run steps."""
+
+    mechanism: Mechanism
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+
+    def train(self, batches: PoissonBatches, steps: int, *, on_step: Callable[[int], None] | None = None) -> float:
+        """`steps` Poisson-sampled steps from `batches` (train_locally); the mean loss of the non-empty batches."""
+        return train_locally(self.model, self.optimizer, self.mechanism, batches, steps, on_step=on_step)
+
+    def step(self, inputs: Tensor, labels: Tensor, draws: torch.Generator | SecureRandom) -> Tensor | None:
+        """One train_step on a given batch (the benchmarks time it)."""
+        return self.mechanism.train_step(self.model, self.optimizer, inputs, labels, draws)
+
+
+def private_trainer(
+    mechanism: Mechanism, model: nn.Module, optimizer: str, learning_rate: float, *, proximal_mu: float = 0.0
+) -> PrivateTrainer:
+    """The one assembly of a private trainer: the named optimizer at `learning_rate` on `model` (load its
+    starting weights first), FedProx's proximal term at `proximal_mu` (0: none) on the plain optimizer, and
+    the mechanism's wrapping of both. Draws no randomness, so callers keep their draws in the same order."""
+    plain = make_optimizer(optimizer, model, learning_rate)
+    add_proximal_term(plain, proximal_mu)  # before a mechanism wraps it (client/proximal.py)
+    wrapped, wrapped_optimizer = mechanism.wrap(model, plain)
+    return PrivateTrainer(mechanism, wrapped, wrapped_optimizer)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dirichlet_fl.config import RunConfig
-from privacy.mechanisms import LossWeighting, MechanismSpec
+from privacy.mechanisms import MechanismSpec, loss_weighting
 
 if TYPE_CHECKING:  # the split holds torch tensors; planning a client needs only its size (`check` stays torch-free)
     from dirichlet_fl.data.split import FederatedSplit
@@ -49,12 +49,6 @@ def mechanism_spec(config: RunConfig, partition_id: int, num_examples: int, targ
         alpha=config.privacy.alpha,
         max_grad_norm=config.privacy.max_grad_norm,
         num_examples=num_examples,
-        loss_weighting=loss_weighting(config),
+        loss_weighting=loss_weighting(config.privacy.dirichlet_weighting, config.lr.reference_confidence,
+                                      config.privacy.dirichlet_weight_cap),
     )
-
-
-def loss_weighting(config: RunConfig) -> LossWeighting | None:
-    """The Dirichlet NLL's confidence normalisation of this run (dirichlet-weighting), None for the paper's."""
-    if config.privacy.dirichlet_weighting == "paper":
-        return None
-    return LossWeighting(config.lr.reference_confidence, config.privacy.dirichlet_weight_cap)

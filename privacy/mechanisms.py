@@ -60,6 +60,13 @@ class LossWeighting:
     cap: float = 5.0
 
 
+def loss_weighting(name: str, reference_confidence: float, cap: float) -> LossWeighting | None:
+    """The weighting of the Dirichlet NLL named `name`: LossWeighting(reference_confidence, cap) for
+    "normalized"; None, the paper's unweighted loss, for "paper" or no name (a mechanism without named losses).
+    The one place a run config's dirichlet-weighting and an audit arm's weighting become a LossWeighting."""
+    return LossWeighting(reference_confidence, cap) if name == "normalized" else None
+
+
 class Mechanism(ABC):
     """One client's privatised training step and its ledger."""
 

@@ -1,8 +1,8 @@
 """`bench gpu`: seconds per epoch of the paper's CIFAR10 ResNet-18 setting, Dirichlet mechanism vs DP-SGD.
 
 The paper's setting (Section 4.1.2, one client: q = 0.005, T = 20,000 steps, alpha = 3, delta = 1e-5,
-SGD at 0.1, random crop + flip on the device) through the app's client loop
-(client.training.train_locally) and privacy.registry.build_mechanism, so that what is timed is what a
+SGD at 0.1, random crop + flip on the device) through the client's trainer
+(client.training.private_trainer) and privacy.registry.build_mechanism, so that what is timed is what a
 client runs: the median epoch after untimed warm-up steps (composed like any other), the peak device
 memory and, with real CIFAR10, the test accuracy. Then, unless --federation-clients 0, the federated job on Flower's
 simulation engine with fractional GPUs per client (sims.bench.simulation.measure_run), reported as
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from client.training import PoissonBatches, make_optimizer, train_locally
+from client.training import PoissonBatches, private_trainer
 from dirichlet_fl.data.augmentation import random_crop_flip
 from dirichlet_fl.data.loaders import load_dataset
 from dirichlet_fl.device import resolve_device, synchronize
@@ -58,17 +58,17 @@ def train_mechanism(
     mechanism = build_mechanism(spec)
     torch.manual_seed(args.seed)
     model = build_model(args.model, 3, 10, 32).to(device)
-    wrapped, optimizer = mechanism.wrap(model, make_optimizer("sgd", model, args.learning_rate))
+    trainer = private_trainer(mechanism, model, "sgd", args.learning_rate)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     batches = PoissonBatches(train_x, train_y, generator, random_crop_flip)
-    train_locally(wrapped, optimizer, mechanism, batches, args.warmup_steps)
+    trainer.train(batches, args.warmup_steps)
     seconds = []
     for _ in range(epochs):
         synchronize(device)
         start = time.perf_counter()
-        train_locally(wrapped, optimizer, mechanism, batches, steps)
+        trainer.train(batches, steps)
         synchronize(device)
         seconds.append(time.perf_counter() - start)
     return {

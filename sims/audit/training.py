@@ -5,7 +5,7 @@ so that one set of reference models serves every seed); in each seed every candi
 members by an independent fair coin. The rest (never a candidate) feeds the extra training examples,
 the control's training set (as large as members + extra), the validation split the rates are chosen
 on, and RMIA's population; the last two are never trained on. Every model is trained centrally with
-the shared loop client/training.train_locally and the mechanism from privacy.registry.build_mechanism.
+the client's trainer (client/training.private_trainer) and the mechanism from privacy.registry.build_mechanism.
 Jobs run in `--workers` spawned single-threaded processes.
 """
 
@@ -22,14 +22,14 @@ from multiprocessing import get_context
 import numpy as np
 import torch
 
-from client.training import PoissonBatches, make_optimizer, train_locally
+from client.training import PoissonBatches, private_trainer
 from dirichlet_fl.data.image_data import ImageData
 from dirichlet_fl.data.loaders import load_dataset
 from dirichlet_fl.metrics import evaluate
 from dirichlet_fl.models.networks import build_model
 from privacy.attenuation import S_Y_FOR_LEARNING_RATE
 from privacy.audit.attacks import per_example_losses
-from privacy.mechanisms import LossWeighting, MechanismSpec
+from privacy.mechanisms import MechanismSpec, loss_weighting
 from privacy.registry import build_mechanism
 from sims.audit.config import CONTROL, Arm, ExperimentConfig
 
@@ -149,13 +149,6 @@ def training_index(config: ExperimentConfig, split: CandidateSplit, job: Job) ->
     return np.concatenate([split.members, split.extra])
 
 
-def loss_weighting(config: ExperimentConfig, arm: Arm) -> LossWeighting | None:
-    """The arm's Dirichlet NLL normalisation (at s_y = 0.9, capped at config.weight_cap); None: the paper's."""
-    if arm.weighting != "normalized":
-        return None
-    return LossWeighting(S_Y_FOR_LEARNING_RATE, config.weight_cap)
-
-
 def _identity(job: Job) -> list[int]:
     """The seed material of a job's initial model and sampling: the same start in every arm."""
     if job.tuning:
@@ -174,7 +167,8 @@ def train_job(config: ExperimentConfig, job: Job) -> TrainedModel:
         name=job.arm.mechanism,
         target_epsilon=job.arm.epsilon if math.isfinite(job.arm.epsilon) else config.epsilons[0],
         delta=config.delta, sample_rate=config.sample_rate, planned_steps=config.steps, alpha=config.alpha,
-        max_grad_norm=job.setting.clip, num_examples=len(index), loss_weighting=loss_weighting(config, job.arm),
+        max_grad_norm=job.setting.clip, num_examples=len(index),
+        loss_weighting=loss_weighting(job.arm.weighting, S_Y_FOR_LEARNING_RATE, config.weight_cap),
     ))
     identity = _identity(job)
     torch.manual_seed(int(np.random.SeedSequence(identity).generate_state(1)[0]))
@@ -182,10 +176,9 @@ def train_job(config: ExperimentConfig, job: Job) -> TrainedModel:
     rate = job.setting.rate
     if job.setting.effective and config.optimizer == "sgd":
         rate = mechanism.step_rate(rate, S_Y_FOR_LEARNING_RATE)
-    wrapped, optimizer = mechanism.wrap(model, make_optimizer(config.optimizer, model, rate))
+    trainer = private_trainer(mechanism, model, config.optimizer, rate)
     generator = torch.Generator().manual_seed(int(np.random.SeedSequence([*identity, 1]).generate_state(1)[0]))
-    train_locally(wrapped, optimizer, mechanism, PoissonBatches(data.train_x[index], data.train_y[index], generator),
-                  config.steps)
+    trainer.train(PoissonBatches(data.train_x[index], data.train_y[index], generator), config.steps)
     if job.arm.name == CONTROL or job.tuning:
         claimed = 0.0
     else:

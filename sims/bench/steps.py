@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from client.training import PrivateTrainer, private_trainer
 from dirichlet_fl.device import synchronize
 from dirichlet_fl.models.networks import build_model
 from privacy.accounting.analysis import PAPER_DELTA, calibrate_r
@@ -43,11 +44,9 @@ TARGETS = {"dirichlet_over_plain": ("<=", 1.10), "normalized_over_plain": ("<=",
 
 @dataclass
 class Contender:
-    """One mechanism with its own model and optimizer (all start from the same weights)."""
+    """One mechanism's trainer, with its own model and optimizer (all start from the same weights)."""
 
-    mechanism: Mechanism
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
+    trainer: PrivateTrainer
     secure: SecureRandom | None = None
     """The contender's own CSPRNG (dirichlet-csprng); None: the shared seeded generator."""
 
@@ -89,8 +88,8 @@ def build_contenders(args: argparse.Namespace, device: torch.device) -> dict[str
         model = build_model(args.model, args.channels, args.classes, args.image_size)
         model.load_state_dict(initial)
         model.to(device)
-        wrapped, optimizer = mechanism.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
-        contenders[name] = Contender(mechanism, wrapped, optimizer, SecureRandom() if name.endswith("csprng") else None)
+        trainer = private_trainer(mechanism, model, "sgd", 0.1)
+        contenders[name] = Contender(trainer, SecureRandom() if name.endswith("csprng") else None)
     return contenders
 
 
@@ -113,8 +112,7 @@ def time_steps(
     for i in range(warmup + repeats):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             c = contenders[name]
-            seconds = _timed(device, lambda: c.mechanism.train_step(c.model, c.optimizer, inputs, labels,
-                                                                    c.draws(generator)))
+            seconds = _timed(device, lambda: c.trainer.step(inputs, labels, c.draws(generator)))
             if i >= warmup:
                 times[name].append(seconds)
     return times
@@ -124,7 +122,7 @@ def _loss_function(name: str, contender: Contender, generator: torch.Generator) 
     """The loss each train_step differentiates: DP-SGD sums per-example losses (its optimizer averages)."""
     if name == "opacus":
         return lambda logits, labels: nn.functional.cross_entropy(logits, labels, reduction="sum")
-    return lambda logits, labels: contender.mechanism.loss(logits, labels, contender.draws(generator))
+    return lambda logits, labels: contender.trainer.mechanism.loss(logits, labels, contender.draws(generator))
 
 
 def profile_pieces(
@@ -153,17 +151,18 @@ def _profile_once(
     """One step of every contender, its pieces timed and appended to `pieces`."""
     for name, c in contenders.items():
         loss_fn = _loss_function(name, c, generator)
+        model, optimizer = c.trainer.model, c.trainer.optimizer
         if name == "opacus":
-            c.optimizer.generator = generator
-        c.optimizer.zero_grad(set_to_none=True)
+            optimizer.generator = generator
+        optimizer.zero_grad(set_to_none=True)
         holder: dict[str, Tensor] = {}
-        forward = _timed(device, lambda: holder.update(logits=c.model(inputs)))
+        forward = _timed(device, lambda: holder.update(logits=model(inputs)))
         detached = holder["logits"].detach().requires_grad_(True)
         measured = {
             "forward": forward,
             "loss": _timed(device, lambda: loss_fn(detached, labels).backward()),
             "backward": _timed(device, lambda: loss_fn(holder["logits"], labels).backward()),
-            "optimizer_step": _timed(device, c.optimizer.step),
+            "optimizer_step": _timed(device, optimizer.step),
         }
         for piece, seconds in measured.items():
             pieces[name].setdefault(piece, []).append(seconds)
@@ -205,7 +204,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
             "model": args.model, "batch_size": args.batch_size, "input": [args.channels, args.image_size,
             args.image_size], "classes": args.classes, "repeats": args.repeats, "warmup": args.warmup,
             "device": str(device), "threads": torch.get_num_threads(), "optimizer": "sgd lr=0.1",
-            "mechanism_parameters": {name: c.mechanism.parameters() for name, c in contenders.items()},
+            "mechanism_parameters": {name: c.trainer.mechanism.parameters() for name, c in contenders.items()},
         },
     }
     if args.profile:

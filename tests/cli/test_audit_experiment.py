@@ -17,7 +17,7 @@ from dirichlet_fl.config_groups import DIRICHLET_WEIGHTINGS
 from privacy.attenuation import attenuation
 from privacy.audit.one_run import OneRunCounts
 from privacy.audit.statistics import AttackCounts, epsilon_from_counts
-from privacy.mechanisms import LossWeighting
+from privacy.mechanisms import LossWeighting, loss_weighting
 from sims.audit.config import (
     CONTROL,
     DEFAULT_WEIGHT_CAP,
@@ -32,7 +32,6 @@ from sims.audit.training import (
     Job,
     Setting,
     candidate_split,
-    loss_weighting,
     reference_mask,
     train_job,
     training_index,
@@ -127,7 +126,8 @@ def test_each_dirichlet_loss_is_an_arm_and_the_normalised_one_trains_with_its_we
     paper, normalized, control = config.arms()
     assert [paper.name, normalized.name, control.name] == ["dirichlet-paper-eps0.5", "dirichlet-normalized-eps0.5",
                                                            CONTROL]
-    assert loss_weighting(config, paper) is None and loss_weighting(config, normalized) == LossWeighting(0.9, 20.0)
+    weighting = [loss_weighting(arm.weighting, 0.9, config.weight_cap) for arm in (paper, normalized, control)]
+    assert weighting == [None, LossWeighting(0.9, 20.0), None]
     setting = Setting(0.1, 1.0, effective=True)
     first, second = (train_job(config, Job(arm, 0, setting)) for arm in (paper, normalized))
     assert first.claimed_eps == second.claimed_eps and first.noise == second.noise  # the loss changes no eps

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from client.proximal import add_proximal_term
+from client.training import private_trainer
 from privacy.dpsgd import DPSGDMechanism
 
 MU, RATE = 0.3, 0.1
@@ -60,12 +61,10 @@ def dpsgd_step(mu: float) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tens
     model, x, y = model_and_batch()
     mechanism = DPSGDMechanism(noise_multiplier=0.8, max_grad_norm=0.01, sample_rate=0.5, expected_batch_size=8,
                                delta=1e-5)
-    plain = torch.optim.SGD(model.parameters(), lr=RATE)
-    add_proximal_term(plain, mu)
-    wrapped, optimizer = mechanism.wrap(model, plain)
+    trainer = private_trainer(mechanism, model, "sgd", RATE, proximal_mu=mu)  # the term on the plain optimizer
     shift = shifted(model)
     mechanism.record(1)
-    mechanism.train_step(wrapped, optimizer, x, y, torch.Generator().manual_seed(7))
+    trainer.step(x, y, torch.Generator().manual_seed(7))
     return {name: p.detach().clone() for name, p in model.named_parameters()}, shift, mechanism
 
 
