@@ -69,6 +69,8 @@ class DPSGDMechanism(Mechanism):
     covers = "the trained weights and every intermediate model (DP-SGD), per example, inputs and labels"
     per_example_gradients = True
     reports_training_loss = False
+    rate_key = "dpsgd_learning_rate"
+    sgd_rate_grid = (0.05, 0.1, 0.2)
 
     def __init__(
         self,

@@ -93,6 +93,16 @@ class Mechanism(ABC):
     of the un-noised batch)."""
     loss_weightings: ClassVar[tuple[str, ...]] = ()
     """The named losses it can train with (LOSS_WEIGHTINGS for the Dirichlet NLL); () for its one loss."""
+    rate_key: ClassVar[str]
+    """The name of its given rate in a study (the Study field; its flag is rate_flag(): --learning-rate for
+    the baseline, --<name>-learning-rate for a private mechanism)."""
+    sgd_rate_grid: ClassVar[tuple[float, ...]] = (0.02, 0.05, 0.1)
+    """SGD's rates a study tries for it unless told (a Dirichlet rate is an effective one: step_rate divides it)."""
+
+    @classmethod
+    def rate_flag(cls) -> str:
+        """The command-line flag that gives this mechanism's rate in `study` and `bench accuracy`."""
+        return "--" + cls.rate_key.replace("_", "-")
     sample_rate: float
     """The Poisson sampling rate q this mechanism was calibrated for."""
 
@@ -197,6 +207,7 @@ class NoPrivacy(Mechanism):
     covers = "nothing: training is not private (eps = inf)"
     does_not_cover = "anything: the weights and every update are not private"
     private = False
+    rate_key = "learning_rate"
 
     def __init__(self, sample_rate: float) -> None:
         self.sample_rate = sample_rate
@@ -258,6 +269,7 @@ class DirichletMechanism(Mechanism):
     has_epsilon_floor = True
     validates_model = True
     loss_weightings = LOSS_WEIGHTINGS
+    rate_key = "dirichlet_learning_rate"
 
     def __init__(
         self, r: float, alpha: float, sample_rate: float, delta: float, loss_weighting: LossWeighting | None = None

@@ -16,6 +16,8 @@ import json
 import statistics
 from pathlib import Path
 
+from privacy.registry import mechanism_class
+
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ROOT / "docs" / "robustness"
 SWEEP = ("runs.csv", "sweep.json")
@@ -58,7 +60,7 @@ def _optimizer(row: dict[str, str]) -> str:
 
 
 def _sweep_rate(config: dict, mechanism: str) -> str:
-    key = {"none": "learning_rate", "dirichlet": "dirichlet_learning_rate", "dpsgd": "dpsgd_learning_rate"}[mechanism]
+    key = mechanism_class(mechanism).rate_key
     return f"{config[key]:g}"
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dirichlet_fl.config_groups import OPTIMIZERS, STRATEGIES
 from dirichlet_fl.data.loaders import NPZ, dataset_num_classes
+from privacy.registry import mechanism_class
 from sims.study.data_file import check_medmnist_layout
 from sims.study.plan import DEFAULT_PROXIMAL_MU, MECHANISMS, RATE_FLAGS, Study, parse_partition
 from sims.study.tuning import MAX_EXTENSION_STEPS, grid_text, parse_rate_grid, parse_server_grid, server_grid_text
@@ -111,8 +112,8 @@ def study_of(args: argparse.Namespace) -> Study:
                  data_path=str(Path(args.data_path).resolve()) if args.data_path else "",
                  num_clients=args.num_clients, partitions=partitions, site_file=args.site_file, epsilons=epsilons,
                  mechanisms=mechanisms, seeds=tuple(range(args.seeds)), model=args.model, rounds=args.rounds,
-                 local_epochs=args.local_epochs, batch_size=args.batch_size, learning_rate=rates["none"],
-                 dirichlet_learning_rate=rates["dirichlet"], dpsgd_learning_rate=rates["dpsgd"],
+                 local_epochs=args.local_epochs, batch_size=args.batch_size,
+                 **{mechanism_class(m).rate_key: rate for m, rate in rates.items()},
                  rate_grid=grids["sgd"], optimizers=optimizers, adam_rate_grid=grids["adam"],
                  strategies=strategies, server_rate_grid=server_grid, proximal_mu=args.proximal_mu,
                  rate_extension_steps=args.rate_extension_steps,

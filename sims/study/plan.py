@@ -33,6 +33,7 @@ from dirichlet_fl.data.split import FederatedSplit, federated_split
 from dirichlet_fl.models.recipes import DEFAULT_WARMUP_ROUNDS
 from privacy.accounting.analysis import PAPER_DELTA, epsilon_floor
 from privacy.registry import BASELINE_FIRST, mechanism_class
+from privacy.registry import MECHANISMS as MECHANISMS_BY_NAME
 from sims.study.data_file import linked_root
 
 MECHANISMS = BASELINE_FIRST
@@ -43,7 +44,7 @@ SERVER_RATE_STRATEGIES = tuple(name for name, keys in STRATEGY_ARGUMENTS.items()
 """The strategies with a server learning rate (FedAvgM's and the adaptive ones'): tuned over --server-rate-grid."""
 DEFAULT_PROXIMAL_MU = StrategyConfig().proximal_mu
 """FedProx's mu when --proximal-mu is not given: the app's default (dirichlet_fl.config)."""
-RATE_FLAGS = {"none": "--learning-rate", "dirichlet": "--dirichlet-learning-rate", "dpsgd": "--dpsgd-learning-rate"}
+RATE_FLAGS = {name: cls.rate_flag() for name, cls in MECHANISMS_BY_NAME.items()}
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,8 @@ def clients_of(study: Study, partition: str) -> int:
 def given_rate(study: Study, mechanism: str) -> float | None:
     """The mechanism's rate from its flag (in the units of the study's one optimizer: options.py refuses a
     rate flag with two), or None: tuned on the validation split."""
-    return {"none": study.learning_rate, "dirichlet": study.dirichlet_learning_rate,
-            "dpsgd": study.dpsgd_learning_rate}[mechanism]
+    rate: float | None = getattr(study, mechanism_class(mechanism).rate_key)
+    return rate
 
 
 def tuned_mechanisms(study: Study) -> tuple[str, ...]:

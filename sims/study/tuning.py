@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from privacy.accounting.analysis import PAPER_DELTA
+from privacy.registry import mechanism_class
 from sims.audit.config import parse_named_values
 from sims.fedavg_loop import run_fedavg
 from sims.study.cell import final_metrics
@@ -34,8 +35,7 @@ from sims.study.plan import (
     tuned_mechanisms,
 )
 
-DEFAULT_GRID: dict[str, tuple[float, ...]] = {
-    "none": (0.02, 0.05, 0.1), "dirichlet": (0.02, 0.05, 0.1), "dpsgd": (0.05, 0.1, 0.2)}
+DEFAULT_GRID: dict[str, tuple[float, ...]] = {name: mechanism_class(name).sgd_rate_grid for name in MECHANISMS}
 """SGD's rates tried per mechanism (the Dirichlet ones are effective rates: each client divides by its kappa)."""
 ADAM_GRID: dict[str, tuple[float, ...]] = {mechanism: (3e-4, 1e-3, 3e-3) for mechanism in MECHANISMS}
 """Adam's rates tried per mechanism, in Adam's own units (no kappa: docs/learning-rates.md); 1e-3 is the

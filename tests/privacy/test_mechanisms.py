@@ -98,3 +98,13 @@ def test_only_a_mechanism_whose_eps_covers_the_weights_states_nothing_it_does_no
     assert "dirichlet-weighting" in (DirichletMechanism.does_not_cover or "")  # the normalisation's weights
     assert NoPrivacy.does_not_cover is not None
     assert does_not_cover("dirichlet") == DirichletMechanism.does_not_cover
+
+
+def test_each_mechanism_names_its_study_rate_and_grid() -> None:
+    """The study reads a mechanism's rate flag and SGD grid from its class (issue 30), never from a name table."""
+    from privacy.registry import MECHANISMS
+
+    assert {name: cls.rate_flag() for name, cls in MECHANISMS.items()} == {
+        "none": "--learning-rate", "dirichlet": "--dirichlet-learning-rate", "dpsgd": "--dpsgd-learning-rate"}
+    assert MECHANISMS["dpsgd"].sgd_rate_grid == (0.05, 0.1, 0.2)
+    assert MECHANISMS["dirichlet"].sgd_rate_grid == MECHANISMS["none"].sgd_rate_grid == (0.02, 0.05, 0.1)
