@@ -36,3 +36,45 @@ def rendered(folder: Path) -> str:
     return (markdown_table(read_table(folder / TABLE_FILE), load_study(folder / STUDY_FILE)).rstrip("\n")
             + "\n\n" + cost(folder) + "\n")
 
+
+
+
+def _percent(row: dict[str, object], column: str) -> str:
+    return f"{100 * float(str(row[column])):.1f}"
+
+
+def _seed_row(row: dict[str, object]) -> str:
+    server = row.get("server_learning_rate")
+    server_text = f"{float(str(server)):g}" if server not in (None, "") else "-"
+    strategy = row.get("strategy") or "fedavg"
+    return (f"| {row['beta']} | {row['mechanism']} | {float(str(row['epsilon'])):g} | {strategy} | {server_text} | "
+            f"{float(str(row['learning_rate'])):g} | {row['seed']} | "
+            f"{_percent(row, 'balanced_accuracy')} | {_percent(row, 'macro_auc')} | "
+            f"{_percent(row, 'min_class_recall')} | {row['dead_classes']} | {_percent(row, 'worst_client_accuracy')} | "
+            f"{'yes' if str(row.get('collapsed')) == '1' else 'no'} |")
+
+
+def per_seed(folder: Path) -> str:
+    """Every cell of the study in `folder`, one row per seed, then one sentence per (partition, mechanism, eps)
+    naming the strategies that kept every class alive on every seed ("no strategy" when none did)."""
+    from sims.study.runner import TABLE_FILE, read_table
+
+    def group(row: dict[str, object]) -> tuple[str, str, str]:
+        return str(row["beta"]), str(row["mechanism"]), f"{float(str(row['epsilon'])):g}"
+
+    rows = sorted(read_table(folder / TABLE_FILE),
+                  key=lambda r: (*group(r), str(r.get("strategy") or "fedavg"), int(str(r["seed"]))))
+    alive: dict[tuple[str, str, str], dict[str, bool]] = {}
+    for row in rows:
+        kept = alive.setdefault(group(row), {})
+        strategy = str(row.get("strategy") or "fedavg")
+        kept[strategy] = kept.get(strategy, True) and int(str(row["dead_classes"])) == 0
+    verdicts = [
+        f"At partition {partition}, {mechanism} eps {eps}: "
+        f"{', '.join(s for s, ok in kept.items() if ok) or 'no strategy'} kept every class alive on every seed "
+        f"(of {', '.join(kept)})."
+        for (partition, mechanism, eps), kept in alive.items()
+    ]
+    header = ("| partition | mechanism | eps | strategy | server rate | client rate | seed | balanced acc. | "
+              "macro AUC | min class recall | dead classes | worst client | collapsed |\n" + "|---" * 13 + "|")
+    return "\n".join([header, *map(_seed_row, rows)]) + "\n\n" + "\n".join(verdicts) + "\n"

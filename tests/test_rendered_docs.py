@@ -366,3 +366,29 @@ def test_the_optimizer_prose_in_benchmarks_holds_on_the_committed_folder() -> No
               for o, rows in (("sgd", sgd), ("adam", adam))}
     assert (min(spread["sgd"]), max(spread["sgd"])) == (88.8, 92.9)
     assert (min(spread["adam"]), max(spread["adam"])) == (91.8, 93.7)
+
+
+def test_the_per_seed_table_names_only_the_strategies_that_kept_every_class_on_every_seed(tmp_path: Path) -> None:
+    """A strategy that loses a class on one seed is left out of the verdict; every seed gets its own row."""
+    import csv
+
+    from scripts.render_study_docs import per_seed
+    from sims.study.cell import COLUMNS
+
+    def row(strategy: str, seed: int, dead: int) -> dict[str, object]:
+        values: dict[str, object] = dict.fromkeys(COLUMNS, "0")
+        values.update(beta="0.3", epsilon="1.0", mechanism="dirichlet", seed=seed, status="ok", learning_rate="0.05",
+                      strategy=strategy, server_learning_rate="0.01" if strategy == "fedadam" else "",
+                      dead_classes=dead, collapsed="0", balanced_accuracy="0.9", macro_auc="0.99",
+                      min_class_recall="0" if dead else "0.5", worst_client_accuracy="0.8")
+        return values
+
+    with open(tmp_path / "table.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows([row("fedavg", 0, 0), row("fedavg", 1, 1), row("fedadam", 0, 0), row("fedadam", 1, 0)])
+    text = per_seed(tmp_path)
+    assert text.count("| 0.3 | dirichlet | 1 |") == 4
+    assert "| fedadam | 0.01 | 0.05 | 1 | 90.0 | 99.0 | 50.0 | 0 | 80.0 | no |" in text
+    verdict = "At partition 0.3, dirichlet eps 1: fedadam kept every class alive on every seed (of fedadam, fedavg)."
+    assert verdict in text
