@@ -188,6 +188,7 @@ def _secagg_options(parser: argparse.ArgumentParser) -> None:
 def _client_dp_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench client-dp`."""
     from dirichlet_fl.config import RunConfig
+    from dirichlet_fl.config_groups import STRATEGIES
 
     parser.add_argument("--dataset", default="mnist-idx")
     parser.add_argument("--data-root", default="data/mnist-t10k", help="folder of the data set's files")
@@ -208,6 +209,8 @@ def _client_dp_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--local-epochs", type=float, default=1.0, help="local epochs per round")
     parser.add_argument("--local-steps", type=int, default=0, help="steps per round (0: --local-epochs)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strategy", default="fedavg", choices=STRATEGIES,
+                        help="the Flower strategy that aggregates the noised mean (default fedavg: DP-FedAvg)")
 
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {

@@ -1,9 +1,10 @@
 """`bench client-dp`: test accuracy against the client-level eps of DP-FedAvg, with the per-example
 mechanism of every client on as well.
 
-Each cell is one run of sims.fedavg_loop whose aggregation is the client-level DP wrapper's step
-(strategies.client_dp.noised_mean_update) and whose client-level eps comes from privacy.accounting.client_level,
-composed round by round; noise multiplier 0 is the plain FedAvg. One seed fixes everything else, so
+Each cell is one run of sims.fedavg_loop whose strategy (--strategy, Flower's class) is wrapped by the
+app's client-level DP wrapper (strategies.client_dp.ClientLevelDp): the clipped, noised mean update goes to the
+strategy, and the client-level eps comes from the wrapper's ledger (privacy.accounting.client_level), composed
+round by round; noise multiplier 0 is the plain strategy. One seed fixes everything else, so
 cells differ by the client-level noise only. With --clipping adaptive, C follows a quantile of the
 update norms. Each cell also reports the median update norm before clipping (choose C near it) and the
 last round's C. BENCHMARKS.md, section 9.
@@ -16,58 +17,41 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import torch
 from flwr.app import RecordDict
-from flwr.supercore.differential_privacy import get_norm
+from flwr.supercore.differential_privacy import KEY_NORM_BIT, get_norm
 from torch import Tensor
 
 from dirichlet_fl.config import RunConfig
-from privacy.accounting.client_level import (
-    AdaptiveClipping,
-    ClientLevelAccountant,
-    ClientLevelRound,
-    update_noise_multiplier,
-)
-from sims.fedavg_loop import FedAvgLoop, LoopRound
-from strategies.client_dp import noised_mean_update, noised_unclipped_count
+from sims.fedavg_loop import FedAvgLoop
+from strategies.client_dp import ClientLevelDp
+from strategies.wrapped import ARRAYS
 
 
 class ClientDPLoop(FedAvgLoop):
-    """FedAvgLoop with DP-FedAvg's aggregation and the client-level ledger."""
+    """FedAvgLoop whose strategy is wrapped by the app's client-level DP wrapper (strategies/client_dp.py), so
+    that the run's own Flower strategy aggregates the noised mean and the wrapper keeps the client-level
+    ledger, exactly as in the app; it also records each update's norm and each round's C."""
 
     def __init__(self, config: RunConfig, num_clients: int) -> None:
         super().__init__(config, num_clients)
-        self.accountant = ClientLevelAccountant(config.privacy.delta)
+        self.client_dp = ClientLevelDp(self.strategy, config.client_level, config.privacy.delta,
+                                       adaptive=config.client_level.mode == "adaptive")
+        self.strategy = self.client_dp
         self.update_norms: list[float] = []
-        self.eligible = num_clients
-        self.adaptive: AdaptiveClipping | None = None
         self.clipping_norms: list[float] = []
 
     def aggregate(self, updates: list[RecordDict], sampled: int) -> dict[str, Tensor]:
-        state = self.model.state_dict()
-        current = [tensor.cpu().numpy() for tensor in state.values()]
-        weights = [update.array_records["arrays"].to_numpy_ndarrays() for update in updates]
-        norms = [get_norm([new - old for new, old in zip(w, current)]) for w in weights]
-        self.update_norms += norms
-        z = self.config.client_level.noise_multiplier
-        self.accountant.compose(ClientLevelRound(self.eligible, sampled, z))
-        client_level = self.config.client_level
-        if client_level.mode == "adaptive" and self.adaptive is None:
-            self.adaptive = client_level.adaptive_clipping(client_level.count_stddev(sampled))
-        clipping_norm = client_level.clipping_norm if self.adaptive is None else self.adaptive.clipping_norm
+        """The wrapper's aggregate of the updates, each reporting whether C clipped it (the bit Flower's
+        `adaptiveclipping_mod` sends from a client in the app: 1 = clipped)."""
+        clipping_norm = self.client_dp.clipping_norm
+        current = self.sent.to_numpy_ndarrays()
+        for update in updates:
+            weights = update.array_records[ARRAYS].to_numpy_ndarrays()
+            norm = get_norm([new - old for new, old in zip(weights, current)])
+            self.update_norms.append(norm)
+            update.metric_records["metrics"][KEY_NORM_BIT] = int(norm > clipping_norm)
         self.clipping_norms.append(clipping_norm)
-        if self.adaptive is not None:
-            z = update_noise_multiplier(z, self.adaptive.count_stddev)
-            clipped = [int(norm > clipping_norm) for norm in norms]
-            self.adaptive.update(noised_unclipped_count(clipped, self.adaptive.count_stddev) / len(norms))
-        mean = noised_mean_update(current, weights, clipping_norm, z)
-        return {name: tensor + torch.as_tensor(delta, dtype=tensor.dtype, device=tensor.device)
-                for (name, tensor), delta in zip(state.items(), mean)}
-
-    def run_round(self, server_round: int) -> LoopRound | None:
-        """FedAvgLoop's round; the clients able to train are counted before it samples (the population)."""
-        self.eligible = sum(client not in self.exhausted for client in range(self.num_clients))
-        return super().run_round(server_round)
+        return super().aggregate(updates, sampled)
 
 
 def run_cell(config: RunConfig, clients: int) -> dict[str, Any]:
@@ -84,8 +68,8 @@ def run_cell(config: RunConfig, clients: int) -> dict[str, Any]:
         "seconds": sum(r.seconds for r in rounds),
     }
     if isinstance(loop, ClientDPLoop):
-        cell["client_level_epsilon"] = loop.accountant.epsilon()
-        cell["client_level_sample_rate"] = loop.accountant.max_sample_rate
+        cell["client_level_epsilon"] = loop.client_dp.client_level.epsilon()
+        cell["client_level_sample_rate"] = loop.client_dp.client_level.max_sample_rate
         cell["median_update_norm"] = statistics.median(loop.update_norms)
         cell["last_clipping_norm"] = loop.clipping_norms[-1]
     return cell
@@ -101,7 +85,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict[str, object]:
                      "client-noise-multiplier": z, "mechanism": args.mechanism, "partitioner": "iid",
                      "local-steps": args.local_steps, "local-epochs": args.local_epochs, "model": args.model,
                      "learning-rate": args.learning_rate, "batch-size": args.batch_size,
-                     "target-epsilon": args.target_epsilon, "client-clip-target-quantile": args.target_quantile}
+                     "target-epsilon": args.target_epsilon, "client-clip-target-quantile": args.target_quantile,
+                     "strategy": args.strategy}
         config = RunConfig.from_run_config(overrides)
         cells.append(run_cell(config, args.clients))
     return {"cells": cells, "config": vars(args), "delta": RunConfig().privacy.delta}

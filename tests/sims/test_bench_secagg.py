@@ -41,3 +41,20 @@ def test_client_dp_sweep_with_adaptive_clipping_moves_c_towards_the_norms(
     assert cell["median_update_norm"] < 10
     assert 1000 * math.exp(-0.1 * 2) * 0.8 < cell["last_clipping_norm"] < 1000 * math.exp(-0.1 * 2) * 1.2
     assert 0 < cell["client_level_epsilon"] < math.inf
+
+
+def test_client_dp_sweep_aggregates_with_the_runs_strategy() -> None:
+    """The sweep wraps the run's own Flower strategy, as the app does: under fedadam its server optimizer
+    takes the noised mean as its pseudo-gradient (its first moment is set after a round)."""
+    from flwr.serverapp.strategy import FedAdam
+
+    from dirichlet_fl.config import RunConfig
+    from sims.client_dp_sweep import ClientDPLoop
+
+    config = RunConfig.from_run_config({"dataset": "digits", "strategy": "fedadam", "client-dp": "central",
+                                        "client-noise-multiplier": 1.0, "local-steps": 2, "fraction-evaluate": 0.0})
+    loop = ClientDPLoop(config, 3)
+    assert isinstance(loop.client_dp.strategy, FedAdam) and loop.client_dp.strategy.m_t is None
+    assert loop.run_round(1) is not None
+    assert loop.client_dp.strategy.m_t is not None and len(loop.client_dp.client_level.rounds) == 1
+    assert len(loop.update_norms) == 3 and loop.clipping_norms == [config.client_level.clipping_norm]
