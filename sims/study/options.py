@@ -91,6 +91,13 @@ def with_network_defaults(args: argparse.Namespace) -> argparse.Namespace:
                                  else args.warmup_rounds})
 
 
+def network_adam_grid(model: str, norm: str) -> dict[str, tuple[float, ...]]:
+    """The Adam rates tuned per mechanism where --adam-rate-grid names none: the network's own (its Recipe)."""
+    from dirichlet_fl.models.recipes import recipe
+
+    return {mechanism: recipe(model, norm).adam_grid for mechanism in MECHANISMS}
+
+
 def study_of(args: argparse.Namespace) -> Study:
     """The Study the options describe (a rate flag not given: None, tuned on the validation split; the optimizer
     and warm-up not given: the network's own)."""
@@ -104,7 +111,8 @@ def study_of(args: argparse.Namespace) -> Study:
     strategies = strategies_of(args)
     server_grid = server_grid_text(parse_server_grid(args.server_rate_grid), strategies)
     tuned = tuple(m for m in mechanisms if rates[m] is None)
-    parsed = {"sgd": parse_rate_grid(args.rate_grid, "sgd"), "adam": parse_rate_grid(args.adam_rate_grid, "adam")}
+    parsed = {"sgd": parse_rate_grid(args.rate_grid, "sgd"),
+              "adam": parse_rate_grid(args.adam_rate_grid, "adam", network_adam_grid(args.model, args.norm))}
     grids = {o: grid_text(grid, tuned) if o in optimizers else "" for o, grid in parsed.items()}
     if args.data_path and args.dataset != NPZ:
         check_medmnist_layout(Path(args.data_path), dataset_num_classes(args.dataset))

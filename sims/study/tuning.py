@@ -18,6 +18,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from dirichlet_fl.models import recipes
 from privacy.accounting.analysis import PAPER_DELTA
 from privacy.registry import mechanism_class
 from sims.audit.config import parse_named_values
@@ -37,9 +38,9 @@ from sims.study.plan import (
 
 DEFAULT_GRID: dict[str, tuple[float, ...]] = {name: mechanism_class(name).sgd_rate_grid for name in MECHANISMS}
 """SGD's rates tried per mechanism (the Dirichlet ones are effective rates: each client divides by its kappa)."""
-ADAM_GRID: dict[str, tuple[float, ...]] = {mechanism: (3e-4, 1e-3, 3e-3) for mechanism in MECHANISMS}
-"""Adam's rates tried per mechanism, in Adam's own units (no kappa: docs/learning-rates.md); 1e-3 is the
-paper's Appendix G rate."""
+ADAM_GRID: dict[str, tuple[float, ...]] = {mechanism: recipes.ADAM_GRID for mechanism in MECHANISMS}
+"""Adam's rates tried per mechanism, in Adam's own units (no kappa: docs/learning-rates.md), where the network
+declares none (its Recipe's adam_grid); 1e-3 is the paper's Appendix G rate."""
 DEFAULT_GRIDS = {"sgd": DEFAULT_GRID, "adam": ADAM_GRID}
 GRID_FLAGS = {"sgd": "--rate-grid", "adam": "--adam-rate-grid"}
 """Each optimizer's grid flag (and the Study field it fills: rate_grid, adam_rate_grid)."""
@@ -92,11 +93,12 @@ class TuningRun:
         return (self.partition, self.mechanism, self.epsilon, self.optimizer, self.strategy)
 
 
-def parse_rate_grid(text: str, optimizer: str = "sgd") -> dict[str, tuple[float, ...]]:
-    """'none=0.02/0.05,dpsgd=0.1' over the optimizer's default grids (the mechanisms named get the rates given),
-    each grid sorted; ValueError naming the optimizer's grid flag for an unknown mechanism, a non-numeric or
-    non-positive rate."""
-    flag, grid = GRID_FLAGS[optimizer], dict(DEFAULT_GRIDS[optimizer])
+def parse_rate_grid(text: str, optimizer: str = "sgd",
+                    base: dict[str, tuple[float, ...]] | None = None) -> dict[str, tuple[float, ...]]:
+    """'none=0.02/0.05,dpsgd=0.1' over `base` (default: the optimizer's default grids; the mechanisms named get
+    the rates given), each grid sorted; ValueError naming the optimizer's grid flag for an unknown mechanism, a
+    non-numeric or non-positive rate."""
+    flag, grid = GRID_FLAGS[optimizer], dict(DEFAULT_GRIDS[optimizer] if base is None else base)
     for name, rates in parse_named_values(flag, text):
         if name not in MECHANISMS:
             raise ValueError(f"{flag}: unknown mechanism {name!r}; valid: {', '.join(MECHANISMS)}")

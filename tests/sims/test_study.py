@@ -180,11 +180,12 @@ def test_the_dermamnist_paper_preset_is_the_papers_setting_and_flags_override_it
     assert (study.dataset, study.model, study.batch_size, study.rounds) == ("dermamnist", "resnet9", 70, 60)
     assert study.epsilons == (1.0, 2.0, 4.0, 8.0) and study.partitions == ("central", "iid", "0.3")
     assert (study.device, study.seeds) == ("cpu", (0,))
-    # where the paper's setting returned a constant predictor on the stand-in: Adam at 1e-3, the normalised loss
-    # and a warm-up (the preset prints each departure and why)
+    # where the paper's setting returned a constant predictor on the stand-in: Adam, tuned over ResNet-9's own grid,
+    # the normalised loss and a warm-up (the preset prints each departure and why)
     assert (study.optimizers, study.dirichlet_weighting, study.warmup_rounds) == (("adam",), "normalized", 3)
-    assert (study.learning_rate, study.dirichlet_learning_rate, study.dpsgd_learning_rate) == (1e-3, 1e-3, None)
-    assert (study.rate_grid, study.adam_rate_grid) == ("", "dpsgd=0.0003/0.001/0.003")  # DP-SGD's tuned
+    assert (study.learning_rate, study.dirichlet_learning_rate, study.dpsgd_learning_rate) == (None, None, None)
+    assert (study.rate_grid, study.adam_rate_grid) == (
+        "", "none=0.0001/0.0003/0.001,dirichlet=0.0001/0.0003/0.001,dpsgd=0.0001/0.0003/0.001")
 
 
 def test_the_dermamnist_paper_preset_prints_where_it_departs_from_the_paper_and_why(
@@ -196,7 +197,8 @@ def test_the_dermamnist_paper_preset_prints_where_it_departs_from_the_paper_and_
     lines = capsys.readouterr().err.splitlines()
     departures = [line for line in lines if "departs from the paper" in line]
     assert len(departures) == len(DEPARTURES["dermamnist-paper"]) == 4
-    assert "Adam at 1e-3" in departures[0] and "14.3 %" in departures[0] and "normalised" in departures[1]
+    assert "Adam" in departures[0] and "1e-4 / 3e-4 / 1e-3" in departures[0] and "14.3 %" in departures[0]
+    assert "normalised" in departures[1]
 
 
 def test_the_optimizer_and_warmup_not_given_are_the_networks_own() -> None:
@@ -253,3 +255,24 @@ def test_a_collapsed_cell_is_flagged_in_its_row_and_counted_in_the_table() -> No
     assert markdown_table(rows, study).splitlines()[-1].endswith("| 1 of 3 |")
     legacy = [{k: v for k, v in row.items() if k != "collapsed"} for row in rows]
     assert markdown_table(legacy, study).splitlines()[-1].endswith("| - |")
+
+
+def test_a_network_tunes_adam_over_its_own_grid_unless_the_flag_names_one(tmp_path: Path) -> None:
+    """resnet9 declares its Adam grid (its Recipe): below the default grid's middle, where it trained; lenet keeps
+    the default grid, and --adam-rate-grid replaces a network's grid for the mechanisms it names."""
+    from cli.main import build_parser
+    from cli.study import apply_preset
+    from dirichlet_fl.models.recipes import ADAM_GRID, recipe
+    from sims.study.options import study_of
+
+    def adam_grid(*flags: str) -> str:
+        args = build_parser().parse_args(["study", "--dataset", "digits", "--mechanisms", "none,dirichlet",
+                                          "--optimizers", "adam", *flags])
+        apply_preset(args)
+        return study_of(args).adam_rate_grid
+
+    assert recipe("resnet9").adam_grid == (1e-4, 3e-4, 1e-3) and recipe("lenet").adam_grid == ADAM_GRID
+    assert adam_grid("--model", "resnet9") == "none=0.0001/0.0003/0.001,dirichlet=0.0001/0.0003/0.001"
+    assert adam_grid("--model", "lenet") == "none=0.0003/0.001/0.003,dirichlet=0.0003/0.001/0.003"
+    assert adam_grid("--model", "resnet9", "--adam-rate-grid", "none=0.01") == \
+        "none=0.01,dirichlet=0.0001/0.0003/0.001"
