@@ -28,7 +28,7 @@ TEST_BUDGET_S = 120  # hard ceiling per test; the slowest (the smoke run) takes 
 
 
 # hard_timeout: tests/conftest.py, with TEST_BUDGET_S
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
+pytestmark = pytest.mark.usefixtures("hard_timeout")  # on free ports: runs beside the other tests
 
 
 def _mode(path: Path) -> int:

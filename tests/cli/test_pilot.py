@@ -29,7 +29,7 @@ RUN = "local-steps=10 batch-size=8 learning-rate=0.5"
 
 
 # hard_timeout: tests/conftest.py, with TEST_BUDGET_S
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
+pytestmark = pytest.mark.usefixtures("hard_timeout")  # on free ports: runs beside the other tests
 
 
 def site_files(folder: Path, sites: int = 3) -> list[Path]:

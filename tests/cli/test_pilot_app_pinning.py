@@ -27,7 +27,7 @@ from cli.deployment.federation import Federation
 from cli.deployment.processes import DeploymentError
 
 TEST_BUDGET_S = 150  # the e2e test: one federation, three runs of about 17 s each on 2 shared cores
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
+pytestmark = pytest.mark.usefixtures("hard_timeout")  # on free ports: runs beside the other tests
 
 APP_ID, VERSION = "@pilot-test/probe", "1.0.0"
 FAB_VERIFICATION_ERROR = 7  # the code of the SuperNode's FAB_VERIFICATION_ERROR reply (checked below)

@@ -22,7 +22,7 @@ BYPASSES = ["/v1/fleet/../control/list-nodes", "/v1/fleet/%2e%2e/control/list-no
             "/v1/fleet/..%2fcontrol/register-node", "/v1/fleet/register-node"]  # fmt: skip
 
 TEST_BUDGET_S = 120
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
+pytestmark = pytest.mark.usefixtures("hard_timeout")  # on free ports: runs beside the other tests
 
 
 def outsider_register(home: Path, address: str, ca_cert: Path, public_key: Path) -> tuple[int, str]:

@@ -28,7 +28,7 @@ RUN = "local-steps=4 batch-size=8"
 MAP = "site-map.csv"
 
 # hard_timeout: tests/conftest.py, with TEST_BUDGET_S
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
+pytestmark = pytest.mark.usefixtures("hard_timeout")  # on free ports: runs beside the other tests
 
 
 def coordinator_holds(report: dict, workdir: Path) -> str:

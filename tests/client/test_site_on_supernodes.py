@@ -18,7 +18,7 @@ TEST_BUDGET_S = 900  # a hang guard; measured: 227 s wall, 27 s CPU (3 federatio
 RUN = "local-steps=4 batch-size=8"
 
 # hard_timeout: tests/conftest.py, with TEST_BUDGET_S
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
+pytestmark = pytest.mark.usefixtures("hard_timeout")  # on free ports: runs beside the other tests
 
 
 def pilot(capsys: pytest.CaptureFixture[str], workdir: Path, run_config: str) -> tuple[int, dict, str]:

@@ -34,8 +34,10 @@ def test_the_reference_covers_the_benchmarks_grid() -> None:
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_r_star_is_the_frozen_solvers_and_never_over_claims(group: str) -> None:
-    """Same r* to 1e-9 relative (in fact to the bit: the same Brent iterates on the same values), the same
-    order, eps(r*) <= target by the solver's own report and by a fresh evaluation."""
+    """Same r* to 1e-12 relative (issue 33 asks 1e-9), the same order, eps(r*) <= target by the solver's own report
+    and by a fresh evaluation. Not to the bit: the same Brent iterates on the same values give the committed answers
+    bit for bit with the numpy and scipy builds they were made with, but another build's logsumexp and betainc may
+    round the last bit differently (numpy 2.4.6 with scipy 1.17.1: r* within 3e-15, eps(r*) within 7e-13)."""
     rows = [row for row in reference() if row["group"] == group]
     assert rows
     for row in rows:
@@ -45,9 +47,9 @@ def test_r_star_is_the_frozen_solvers_and_never_over_claims(group: str) -> None:
                 calibrate_r(*args)
             continue
         found = calibrate_r(*args)
-        assert found.r == pytest.approx(row["r_star"], rel=1e-9, abs=0), row
-        assert found.r == row["r_star"] and found.order == row["order"], row
-        assert found.epsilon == row["epsilon_at_r_star"] <= row["epsilon"], row
+        assert found.r == pytest.approx(row["r_star"], rel=1e-12, abs=0) and found.order == row["order"], row
+        assert found.epsilon == pytest.approx(row["epsilon_at_r_star"], rel=1e-11, abs=0), row
+        assert found.epsilon <= row["epsilon"], row
         again = epsilon(found.r, row["alpha"], row["sample_rate"], row["steps"], row["delta"])
         assert again.epsilon <= row["epsilon"] and again.order == found.order
 

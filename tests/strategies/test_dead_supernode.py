@@ -25,7 +25,7 @@ from dirichlet_fl.paths import APP_DIR, stage_app
 TEST_BUDGET_S = 480  # a hang guard: startup ~30 s, the SuperLink notices a dead node within ~60 s
 RUN_TIMEOUT_S = 360
 # hard_timeout: tests/conftest.py, with TEST_BUDGET_S
-pytestmark = [pytest.mark.usefixtures("hard_timeout"), pytest.mark.xdist_group("deployment")]
+pytestmark = pytest.mark.usefixtures("hard_timeout")  # on free ports: runs beside the other tests
 
 
 def node_configs(root: Path, sites: int = 3) -> list[dict[str, object]]:
