@@ -405,3 +405,26 @@ def test_the_strategies_prose_in_benchmarks_holds_on_the_committed_folder() -> N
     prose = " ".join((ROOT / "BENCHMARKS.md").read_text().split())
     assert "at beta 0.3 only FedAvg kept every class on every seed" in prose
     assert "under IID every strategy kept every class" in prose
+
+
+def test_the_resnet9_prose_in_benchmarks_holds_on_the_committed_folders() -> None:
+    """BENCHMARKS.md 11.4's resnet9 bullet: the validation scores of each Adam rate on the shared stand-in, and
+    the unseen draw's acceptance (every seed kept every class, the smallest recall, the largest gap)."""
+    import csv
+
+    robustness = Path(__file__).resolve().parent.parent / "docs/robustness"
+    with open(robustness / "resnet9-adam-tuning-shared/tuning.csv", newline="") as handle:
+        by_rate = {float(r["learning_rate"]): round(100 * float(r["balanced_accuracy"]), 1)
+                   for r in csv.DictReader(handle)}
+    assert by_rate == {1e-3: 54.4, 3e-4: 94.0, 1e-4: 95.1, 3.3e-5: 95.1}
+    with open(robustness / "accept-defaults-draw4-resnet9/table.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    private = {r["seed"]: r for r in rows if r["mechanism"] == "dirichlet"}
+    plain = {r["seed"]: float(r["balanced_accuracy"]) for r in rows if r["mechanism"] == "none"}
+    assert len(private) == len(plain) == 3 and all(r["dead_classes"] == "0" for r in private.values())
+    assert {r["learning_rate"] for r in private.values()} == {"0.0001"}
+    assert round(100 * min(float(r["min_class_recall"]) for r in private.values()), 1) == 76.7
+    assert round(100 * max(plain[s] - float(r["balanced_accuracy"]) for s, r in private.items()), 1) == 2.8
+    text = (robustness.parent.parent / "BENCHMARKS.md").read_text()
+    for stated in ("54.4 %", "94.0 %", "95.1 %", "76.7 %", "within 2.8 points"):
+        assert stated in text

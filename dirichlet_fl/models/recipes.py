@@ -49,9 +49,9 @@ MODEL_RECIPES: dict[str, tuple[Recipe, Recipe | None]] = {
     # lenet: without a norm, SGD kept every class on every central seed of three draws (BENCHMARKS.md 11.1); with
     # GroupNorm SGD collapsed seeds where Adam kept every class (11.4)
     "lenet": (SGD, ADAM),
-    # SGD collapsed it to the majority class at every rate tried; Adam trained it, below the default Adam grid's
-    # middle (11.4)
-    "resnet9": (Recipe("adam", adam_grid=(1e-4, 3e-4, 1e-3)), None),
+    # SGD collapsed it to the majority class at every rate tried; Adam trains it below the paper's 1e-3, which
+    # scored 54.4 % balanced accuracy on the stand-in's validation split against 95.1 % at 1e-4 (11.4)
+    "resnet9": (Recipe("adam", rates=(("adam", 1e-4),), adam_grid=(1e-4, 3e-4, 1e-3)), None),
     # not measured here: the paper's Appendix G trains its CIFAR10 ResNet-18 with Adam at 1e-3
     "resnet18": (ADAM, None),
     # inception and logreg: not measured here under the Dirichlet loss: SGD, as before recipes existed

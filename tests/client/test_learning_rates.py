@@ -126,15 +126,15 @@ def test_a_warmup_below_minus_one_is_refused_by_its_key() -> None:
 def test_each_key_left_at_its_default_takes_the_networks_recipe_and_a_given_key_wins() -> None:
     """optimizer "default", learning-rate 0 and warm-up -1 resolve to the network's Recipe
     (dirichlet_fl.models.recipes): the default job's cnn keeps SGD at the effective rate 0.05 and 3 warm-up rounds,
-    bit for bit as before; resnet9 and lenet with GroupNorm train with Adam at 1e-3; an explicit optimizer gets the
-    network's rate for it, and every key given wins."""
+    bit for bit as before; lenet with GroupNorm trains with Adam at 1e-3, resnet9 with Adam at 1e-4; an explicit
+    optimizer gets the network's rate for it, and every key given wins."""
     from dirichlet_fl.config import Training
 
     assert RunConfig().training == Training("sgd", 0.05, 3)
     assert RunConfig(network=NetworkConfig(name="lenet")).training == Training("sgd", 0.05, 3)
     assert RunConfig(network=NetworkConfig(name="lenet", norm="group")).training == Training("adam", 0.001, 3)
-    assert RunConfig(network=NetworkConfig(name="resnet9")).training == Training("adam", 0.001, 3)
-    assert RunConfig(network=NetworkConfig(name="resnet9", norm="none")).training == Training("adam", 0.001, 3)
+    assert RunConfig(network=NetworkConfig(name="resnet9")).training == Training("adam", 1e-4, 3)
+    assert RunConfig(network=NetworkConfig(name="resnet9", norm="none")).training == Training("adam", 1e-4, 3)
     adam = RunConfig(lr=LearningRateConfig(optimizer="adam"), network=NetworkConfig(name="cnn"))
     assert adam.training == Training("adam", 0.001, 3)
     given = LearningRateConfig(optimizer="sgd", rate=0.02, warmup_rounds=0)
