@@ -80,6 +80,7 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("BENCHMARKS.md", "virtual-clients-table", "scripts.render_scale:rendered"),
     Renderer("BENCHMARKS.md", "round-breakdown", "scripts.round_breakdown:rendered"),
     Renderer("BENCHMARKS.md", "robustness-acceptance", "scripts.render_robustness:rendered_acceptance"),
+    Renderer("BENCHMARKS.md", "robustness-label-skew", "scripts.render_robustness:rendered_label_skew"),
     Renderer("BENCHMARKS.md", "robustness-grid-verdict", "scripts.render_grid:rendered_verdict"),
     Renderer("BENCHMARKS.md", "accountant-solve", "scripts.render_accountant:rendered"),
     Renderer("BENCHMARKS.md", "robustness-grid", "scripts.render_grid:rendered"),

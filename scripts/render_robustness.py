@@ -132,3 +132,28 @@ def rendered_acceptance(folders: Path = FOLDERS) -> str:
                          f"{private_ba:.1f} | {plain_ba:.1f} | {100 * gap:.1f} | {100 * recall:.1f} | {check} |")
     return "\n".join(lines) + "\n"
 
+
+
+LABEL_SKEW = FOLDERS / "label-skew"
+"""Issue 31's second check, one study folder per data file: the default network at beta 0.3 over 10 clients,
+eps 1, 5 seeds, SGD and Adam each tuned on the validation split, with the non-private run of each."""
+
+
+def rendered_label_skew(folders: Path = LABEL_SKEW) -> str:
+    """Per data file, optimizer and seed: the non-private and the Dirichlet run's balanced accuracy and dead
+    classes, and the check (the Dirichlet run keeps every class wherever the non-private run of the same seed
+    and optimizer does)."""
+    lines = ["| data | optimizer | seed | rate (tuned) | non-private balanced acc. | non-private dead classes | "
+             "Dirichlet balanced acc. | Dirichlet dead classes | check |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for folder in sorted(f for f in folders.iterdir() if _layout(f) == STUDY):
+        config, rows = json.loads((folder / "study.json").read_text()), _rows(folder, "table.csv")
+        by_seed = {(r["mechanism"], _optimizer(r), r["seed"]): r for r in rows}
+        for optimizer, seed in sorted({(_optimizer(r), r["seed"]) for r in rows}, key=lambda k: (k[0], int(k[1]))):
+            private, plain = by_seed[("dirichlet", optimizer, seed)], by_seed[("none", optimizer, seed)]
+            lost, lost_plain = int(private["dead_classes"]), int(plain["dead_classes"])
+            check = "pass" if lost == 0 or lost_plain > 0 else "FAIL"
+            lines.append(f"| {_data(config)} | {optimizer} | {seed} | {float(private['learning_rate']):g} | "
+                         f"{100 * float(plain['balanced_accuracy']):.1f} | {lost_plain} | "
+                         f"{100 * float(private['balanced_accuracy']):.1f} | {lost} | {check} |")
+    return "\n".join(lines) + "\n"

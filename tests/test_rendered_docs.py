@@ -174,6 +174,24 @@ def test_the_acceptance_check_fails_a_dead_class_or_a_gap_above_8_points(tmp_pat
     assert checks == ["pass", "FAIL", "FAIL"]  # a 7-point gap passes; 9 points, and a dead class, fail
 
 
+def test_the_label_skew_check_fails_only_a_class_lost_where_the_non_private_run_kept_it(tmp_path: Path) -> None:
+    from sims.study.cell import COLUMNS
+    from sims.study.plan import Study
+    from sims.study.runner import csv_text, describe
+
+    folder = tmp_path / "draw"
+    folder.mkdir()
+    (folder / "study.json").write_text(describe(Study(dataset="npz", data_path="d.npz", partitions=("0.3",))))
+    row = {"beta": "0.3", "epsilon": "1.0", "status": "ok", "accuracy": "0.9", "learning_rate": 0.1,
+           "balanced_accuracy": "0.8"}
+    dead = {("none", 0): 0, ("dirichlet", 0): 0, ("none", 1): 0, ("dirichlet", 1): 1, ("none", 2): 1,
+            ("dirichlet", 2): 2}
+    rows = [{**row, "mechanism": m, "seed": seed, "dead_classes": n} for (m, seed), n in dead.items()]
+    (folder / "table.csv").write_text(csv_text(rows, COLUMNS))
+    table = render_robustness.rendered_label_skew(tmp_path).splitlines()[2:]
+    assert [line.rsplit("|", 2)[1].strip() for line in table] == ["pass", "FAIL", "pass"]
+
+
 STAND_IN, DEFAULT_NET, NORMALIZED = "dermamnist-shaped-digits.npz", "lenet, norm none", "normalized, cap 20"
 STAND_IN_CLASSES = 7
 """DermaMNIST's classes: a seed at balanced accuracy 1/7 predicts one class (it collapsed)."""
