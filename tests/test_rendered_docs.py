@@ -446,3 +446,29 @@ def test_the_resnet9_prose_in_benchmarks_holds_on_the_committed_folders() -> Non
     text = (robustness.parent.parent / "BENCHMARKS.md").read_text()
     for stated in ("54.4 %", "94.0 %", "95.1 %", "76.7 %", "within 2.8 points"):
         assert stated in text
+
+
+def test_the_label_skew_prose_in_benchmarks_holds_on_the_committed_folders() -> None:
+    """BENCHMARKS.md 11.5's counts, read from docs/robustness/label-skew/."""
+    import csv
+
+    def rows(draw: str) -> list[dict[str, str]]:
+        with open(render_robustness.LABEL_SKEW / draw / "table.csv", newline="") as handle:
+            return list(csv.DictReader(handle))
+
+    def failures(draw: str) -> int:
+        by = {(r["mechanism"], r["optimizer"], r["seed"]): int(r["dead_classes"]) for r in rows(draw)}
+        return sum(1 for (m, o, seed), dead in by.items()
+                   if (m, o) == ("dirichlet", "sgd") and dead and not by[("none", "sgd", seed)])
+
+    draws = ("stand-in", "draw-seed23", "draw-seed31")
+    assert [failures(d) for d in draws] == [2, 1, 1]
+    baseline = [r for r in rows("draw-seed23") if (r["mechanism"], r["optimizer"]) == ("none", "sgd")]
+    assert {r["learning_rate"] for r in baseline} == {"0.2"} and sum(r["collapsed"] == "1" for r in baseline) == 4
+    adam = [r for d in draws for r in rows(d) if r["optimizer"] == "adam"]
+    assert sum(1 for r in adam if r["mechanism"] == "none" and r["dead_classes"] != "0") == 14
+    assert sum(1 for r in adam if r["mechanism"] == "dirichlet" and r["collapsed"] == "1") == 6
+    text = (Path(__file__).resolve().parent.parent / "BENCHMARKS.md").read_text()
+    for stated in ("on 4 of the 15 seeds (2 on the shared stand-in, 1 on each other draw)", "4 of 5 test runs",
+                   "14 of the 15 seeds", "one class on 6 seeds"):
+        assert stated in text
