@@ -472,3 +472,22 @@ def test_the_label_skew_prose_in_benchmarks_holds_on_the_committed_folders() -> 
     for stated in ("on 4 of the 15 seeds (2 on the shared stand-in, 1 on each other draw)", "4 of 5 test runs",
                    "14 of the 15 seeds", "one class on 6 seeds"):
         assert stated in text
+
+
+def test_the_label_skew_candidates_in_benchmarks_hold_on_the_committed_folders() -> None:
+    """BENCHMARKS.md 11.5's candidates: the seeds on which each lost a class (the one flag each changed)."""
+    import csv
+    import json
+
+    lost, flags = {}, {}
+    for folder in sorted((render_robustness.FOLDERS / "label-skew-candidates").iterdir()):
+        with open(folder / "table.csv", newline="") as handle:
+            lost[folder.name] = sum(1 for r in csv.DictReader(handle) if r["dead_classes"] != "0")
+        study = json.loads((folder / "study.json").read_text())
+        flags[folder.name] = (study["warmup_rounds"], study["dirichlet_weight_cap"], study["rounds"])
+    assert lost == {"warmup-6": 1, "cap-5": 5, "rounds-40": 1, "cap-50": 0}
+    assert flags == {"warmup-6": (6, 20.0, 20), "cap-5": (3, 5.0, 20), "rounds-40": (3, 20.0, 40),
+                     "cap-50": (3, 50.0, 20)}
+    text = (Path(__file__).resolve().parent.parent / "BENCHMARKS.md").read_text()
+    assert ("`--warmup-rounds 6` lost\n  one on 1 seed, `--dirichlet-weight-cap 5` on all 5, `--rounds 40` on 1, "
+            "and `--dirichlet-weight-cap 50`\n  on none") in text
