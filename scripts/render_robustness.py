@@ -119,10 +119,7 @@ def rendered_acceptance(folders: Path = FOLDERS) -> str:
              "balanced acc. | gap (points) | Dirichlet min class recall | check |",
              "|---|---|---|---|---|---|---|---|---|"]
     for folder in sorted(f for f in folders.iterdir() if f.name.startswith(ACCEPTANCE_PREFIX)):
-        config, rows = json.loads((folder / "study.json").read_text()), _rows(folder, "table.csv")
-        by_seed = {(r["mechanism"], _optimizer(r), r["seed"]): r for r in rows}
-        for optimizer, seed in sorted({(_optimizer(r), r["seed"]) for r in rows}, key=lambda k: (k[0], int(k[1]))):
-            private, plain = by_seed[("dirichlet", optimizer, seed)], by_seed[("none", optimizer, seed)]
+        for config, optimizer, seed, private, plain in _paired_seeds(folder):
             gap = float(plain["balanced_accuracy"]) - float(private["balanced_accuracy"])
             recall = float(private["min_class_recall"])
             check = "pass" if recall > 0 and gap <= MAX_GAP else "FAIL"
@@ -131,6 +128,19 @@ def rendered_acceptance(folders: Path = FOLDERS) -> str:
             lines.append(f"| {_data(config)} | {network} | {seed} | {float(private['learning_rate']):g} | "
                          f"{private_ba:.1f} | {plain_ba:.1f} | {100 * gap:.1f} | {100 * recall:.1f} | {check} |")
     return "\n".join(lines) + "\n"
+
+
+Pair = tuple[dict, str, str, dict[str, str], dict[str, str]]
+
+
+def _paired_seeds(folder: Path) -> list[Pair]:
+    """A study folder's (config, optimizer, seed, Dirichlet row, non-private row) per optimizer and seed, in
+    that order."""
+    config, rows = json.loads((folder / "study.json").read_text()), _rows(folder, "table.csv")
+    by_seed = {(r["mechanism"], _optimizer(r), r["seed"]): r for r in rows}
+    keys = sorted({(_optimizer(r), r["seed"]) for r in rows}, key=lambda k: (k[0], int(k[1])))
+    return [(config, optimizer, seed, by_seed[("dirichlet", optimizer, seed)], by_seed[("none", optimizer, seed)])
+            for optimizer, seed in keys]
 
 
 
@@ -147,10 +157,7 @@ def rendered_label_skew(folders: Path = LABEL_SKEW) -> str:
              "Dirichlet balanced acc. | Dirichlet dead classes | check |",
              "|---|---|---|---|---|---|---|---|---|"]
     for folder in sorted(f for f in folders.iterdir() if _layout(f) == STUDY):
-        config, rows = json.loads((folder / "study.json").read_text()), _rows(folder, "table.csv")
-        by_seed = {(r["mechanism"], _optimizer(r), r["seed"]): r for r in rows}
-        for optimizer, seed in sorted({(_optimizer(r), r["seed"]) for r in rows}, key=lambda k: (k[0], int(k[1]))):
-            private, plain = by_seed[("dirichlet", optimizer, seed)], by_seed[("none", optimizer, seed)]
+        for config, optimizer, seed, private, plain in _paired_seeds(folder):
             lost, lost_plain = int(private["dead_classes"]), int(plain["dead_classes"])
             check = "pass" if lost == 0 or lost_plain > 0 else "FAIL"
             lines.append(f"| {_data(config)} | {optimizer} | {seed} | {float(private['learning_rate']):g} | "
