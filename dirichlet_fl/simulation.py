@@ -35,7 +35,9 @@ def simulate(
     Clients run as Ray actors of `num_cpus_per_client` CPUs and `num_gpus_per_client` GPUs each (0.25:
     four share a GPU). `ray_address` ("127.0.0.1:6379", or "auto") joins a running Ray cluster (`ray start
     --head` plus `ray start --address` on each machine) instead of starting a private one; the actors
-    then spread over every node of the cluster. Ray's dashboard is off (nothing here reads it); Ray 2.55
+    then spread over every node of the cluster. Without it the run starts a private Ray instance (Ray's
+    address "local") even where a `ray start` cluster or $RAY_ADDRESS is about, which a plain
+    `ray.init()` would join silently. Ray's dashboard is off (nothing here reads it); Ray 2.55
     still starts a minimal API server and a dashboard agent per node (BENCHMARKS.md, section 6.1)."""
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
@@ -48,10 +50,9 @@ def simulate(
     context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
     backend_config: dict[str, dict[str, Any]] = {
         "client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": num_gpus_per_client},
-        "init_args": {"logging_level": "ERROR", "log_to_driver": True, "include_dashboard": False},
+        "init_args": {"logging_level": "ERROR", "log_to_driver": True, "include_dashboard": False,
+                      "address": "local" if ray_address is None else ray_address},
     }
-    if ray_address is not None:
-        backend_config["init_args"]["address"] = ray_address
     _run_simulation(
         num_supernodes=num_supernodes,
         exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,

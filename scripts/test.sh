@@ -3,8 +3,11 @@
 # ruff (lint, rules in pyproject.toml), mypy (the library packages), then the whole pytest suite on four
 # pytest-xdist workers, two per core: the Deployment Engine tests (SuperLink, SuperNodes and pilots on free
 # ports) spend most of their time waiting on the processes they start (a 2-site pilot's round is mostly
-# Flower's polls), so they run side by side with each other and with the unit tests. Tests that start Ray or
-# `flwr run`'s local SuperLink on its fixed port (xdist_group "simulation") run in turn on one worker.
+# Flower's polls), so they run side by side with each other and with the unit tests. So do the simulations:
+# each starts a private Ray instance (dirichlet_fl/simulation.py). Only tests that start `flwr run`'s local
+# SuperLink (fixed ports) or a `ray start` cluster, which a `flwr run` would join, run in turn on one worker
+# (xdist_group "flwr-run"); a module whose tests share one expensive run keeps them on one worker ("faults",
+# "budget-run").
 # Extra arguments go to pytest (`-n 0` runs everything in this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -18,7 +18,7 @@ import torch
 
 from dirichlet_fl.simulation import APP_DIR, simulate
 
-pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
+pytestmark = pytest.mark.xdist_group("faults")  # scripts/test.sh: one worker computes the module's runs once
 
 TINY = {
     "num-server-rounds": 6, "local-steps": 2, "partitioner": "iid", "fraction-train": 0.67,

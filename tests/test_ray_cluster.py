@@ -25,7 +25,7 @@ import pytest
 
 from dirichlet_fl.simulation import APP_DIR
 
-pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
+pytestmark = pytest.mark.xdist_group("flwr-run")  # scripts/test.sh: never beside `flwr run`, whose Ray joins a cluster
 
 RAY = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT = 60.0

@@ -10,15 +10,11 @@ import csv
 import json
 from pathlib import Path
 
-import pytest
-
 from dirichlet_fl.client_plan import too_small_to_train
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.data.split import federated_split
 from dirichlet_fl.simulation import simulate
 from strategies.sampling import seeded_sample
-
-pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
 
 CLIENTS = 100
 SAMPLED = 5

@@ -13,8 +13,6 @@ import torch
 from dirichlet_fl.config_groups import STRATEGIES
 from dirichlet_fl.simulation import simulate
 
-pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
-
 SMALL = {"num-server-rounds": 3, "local-steps": 15, "partitioner": "iid"}
 
 
@@ -28,6 +26,10 @@ def rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+BUDGET_RUN = pytest.mark.xdist_group("budget-run")
+"""scripts/test.sh: the tests of budget_run go to one worker, which runs it once."""
+
+
 @pytest.fixture(scope="module")
 def budget_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Budgets planned for 2 of 3 rounds, one client with its own eps: clients stop when spent."""
@@ -36,6 +38,7 @@ def budget_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run(tmp_path_factory.mktemp("runs"), "budget", 3, **overrides)
 
 
+@BUDGET_RUN
 def test_results_folder_is_complete(budget_run: Path) -> None:
     for name in ("config.json", "rounds.csv", "ledger.csv", "model.pt", "summary.json", "audit.json"):
         assert (budget_run / name).is_file(), name
@@ -52,6 +55,7 @@ def test_results_folder_is_complete(budget_run: Path) -> None:
     assert sorted(p.name for p in (budget_run / "updates").iterdir()) == ["round-0001.npz", "round-0002.npz"]
 
 
+@BUDGET_RUN
 def test_no_client_exceeds_its_budget_and_spent_clients_stop(budget_run: Path) -> None:
     summary = json.loads((budget_run / "summary.json").read_text())
     targets = [client["target_epsilon"] for client in summary["clients"]]
@@ -65,6 +69,7 @@ def test_no_client_exceeds_its_budget_and_spent_clients_stop(budget_run: Path) -
     assert all(float(row["epsilon"]) <= float(row["target_epsilon"]) for row in ledger)
 
 
+@BUDGET_RUN
 def test_training_improves_on_round_zero(budget_run: Path) -> None:
     accuracy = float(rows(budget_run / "rounds.csv")[-1]["central_accuracy"])
     summary = json.loads((budget_run / "summary.json").read_text())

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
+pytestmark = pytest.mark.xdist_group("flwr-run")  # scripts/test.sh: one local SuperLink (fixed ports) at a time
 
 ROOT = Path(__file__).resolve().parent.parent
 FLWR = Path(sys.executable).parent / "flwr"

@@ -9,8 +9,9 @@ plan.SERVER_RATE_STRATEGIES) trains once per pair of a client rate and a server 
 so its client and server rates are tuned together. The rate chosen is, among the rates (pairs) whose
 validation balanced accuracy is within one point (TOLERANCE) of the best, the smallest (the smallest
 client rate, then the smallest server rate): a rate at the edge of divergence may fit one start and not
-another. For the same reason a rate whose next larger rate tried broke down (predicted fewer than half the
-classes: at_the_edge) is not chosen, nor the one that broke down. Each run is a row of tuning.csv (TUNING_COLUMNS).
+another. For the same reason a run that broke down (predicted fewer than half the classes) is not chosen, nor an
+extension step beyond the grid whose next larger rate broke down (at_the_edge). Each run is a row of tuning.csv
+(TUNING_COLUMNS).
 """
 
 from __future__ import annotations
@@ -256,49 +257,53 @@ def tuning_key(row: dict[str, object]) -> TuningKey:
             server_rate_of(row), float(str(row["learning_rate"])))
 
 
-Scored = dict[tuple[float, float], tuple[float, int]]
+Scored = dict[tuple[float, float], tuple[float, int, bool]]
 """One group's finished tuning runs: (client rate, server rate) -> (validation balanced accuracy, number of
-classes predicted; 0: not recorded)."""
+classes predicted (0: not recorded), whether the rate lies beyond the grid (an extension step))."""
 
 
 def scored_pairs(rows: list[dict[str, object]]) -> Scored:
     """The finished runs of `rows` (one group's tuning rows): rows that did not finish, or have no number, do not
-    count. A collapsed run predicted one class; a row from before the predicted_classes column records 0."""
+    count. A collapsed run predicted one class; a row from before the predicted_classes column records 0, one
+    from before the extension column lies on the grid."""
     def predicted(row: dict[str, object]) -> int:
         return 1 if str(row.get("collapsed") or "0") == "1" else int(float(str(row.get("predicted_classes") or 0)))
 
-    return {(float(str(r["learning_rate"])), server_rate_of(r)): (float(str(r["balanced_accuracy"])), predicted(r))
+    return {(float(str(r["learning_rate"])), server_rate_of(r)):
+            (float(str(r["balanced_accuracy"])), predicted(r), str(r.get("extension") or "0") != "0")
             for r in rows if r["status"] == "ok" and str(r["balanced_accuracy"]) not in ("", "nan")}
 
 
 def diverged(scored: Scored, pair: tuple[float, float]) -> bool:
     """Whether the run at `pair` broke down: it predicted fewer than half the classes that the group's best
     predicting run did (a collapse to one class among them)."""
-    most = max(classes for _, classes in scored.values())
+    most = max(classes for _, classes, _ in scored.values())
     return 0 < scored[pair][1] and 2 * scored[pair][1] < most
 
 
 def at_the_edge(scored: Scored) -> set[tuple[float, float]]:
-    """The pairs one step below a breakdown: the next larger client rate tried at the same server rate diverged.
-    Such a rate may fit seed 0 and collapse on another start (docs/study.md, Tuning)."""
+    """The extension steps one step below a breakdown: the next larger client rate tried at the same server rate
+    diverged. An extension is taken on seed 0's word alone, beyond the grid's measured range; one this close to
+    breaking down may fit seed 0 and collapse on another start (docs/study.md, Tuning)."""
     edge = set()
     for server in {server for _, server in scored}:
         rates = sorted(rate for rate, s in scored if s == server)
-        edge |= {(low, server) for low, high in zip(rates, rates[1:]) if diverged(scored, (high, server))}
+        edge |= {(low, server) for low, high in zip(rates, rates[1:])
+                 if scored[(low, server)][2] and diverged(scored, (high, server))}
     return edge
 
 
 def good_pairs(rows: list[dict[str, object]]) -> list[tuple[float, float]]:
     """The (client rate, server rate) pairs of `rows` (one group's tuning rows) whose validation balanced accuracy
-    is within TOLERANCE of the best, ascending, among the pairs that neither broke down (diverged) nor sit one step
-    below a breakdown (at_the_edge); all of them when every pair does one or the other. Rows that did not finish,
-    or have no number, do not count (scored_pairs). ValueError when none counts."""
+    is within TOLERANCE of the best, ascending, among the pairs that neither broke down (diverged) nor are an
+    extension step one step below a breakdown (at_the_edge); all of them when every pair is one or the other.
+    Rows that did not finish, or have no number, do not count (scored_pairs). ValueError when none counts."""
     scored = scored_pairs(rows)
     if not scored:
         raise ValueError(f"no tuning run finished for {len(rows)} rate(s); see tuning.csv")
     unstable = at_the_edge(scored) | {pair for pair in scored if diverged(scored, pair)}
-    eligible = {pair: score for pair, (score, _) in scored.items() if pair not in unstable}
-    eligible = eligible or {pair: score for pair, (score, _) in scored.items()}
+    eligible = {pair: score for pair, (score, _, _) in scored.items() if pair not in unstable}
+    eligible = eligible or {pair: score for pair, (score, _, _) in scored.items()}
     best = max(eligible.values())
     return sorted(pair for pair, score in eligible.items() if score >= best - TOLERANCE - 1e-12)
 

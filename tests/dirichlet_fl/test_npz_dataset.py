@@ -186,7 +186,6 @@ def test_bench_accuracy_runs_on_an_npz_and_refuses_a_bad_one_before_any_run(
     assert not (bad_out / "table.csv").exists()
 
 
-@pytest.mark.xdist_group("simulation")  # scripts/test.sh: the Ray tests run in turn on one worker
 def test_a_simulated_federation_trains_on_an_npz(derma_file: Path, tmp_path: Path) -> None:
     overrides = {"dataset": "npz", "data-path": str(derma_file), "partitioner": "iid", "num-server-rounds": 1,
                  "local-steps": 3, "model": "lenet", "results-dir": str(tmp_path), "run-name": "npz"}

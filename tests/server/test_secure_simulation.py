@@ -6,11 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-import pytest
-
 from dirichlet_fl.simulation import simulate
-
-pytestmark = pytest.mark.xdist_group("simulation")  # scripts/test.sh: one worker runs these in turn
 
 
 def test_secaggplus_run_matches_the_plain_run_with_identical_eps(tmp_path: Path) -> None:

@@ -79,7 +79,6 @@ def test_accountant_matches_the_reference_loop(tmp_path: Path, capsys: pytest.Ca
     assert [row["order"] for row in issue] == [3327, 3310, 1110, 10]  # issue 33's "order used" column
 
 
-@pytest.mark.xdist_group("simulation")  # scripts/test.sh: the Ray tests run in turn on one worker
 def test_simulation_loop_reproduces_flower(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two clients: FedAvg's sum does not depend on reply order, so both kinds must agree exactly."""
     argv = ["simulation", "--runs", "1", "--clients", "2", "--run-config",
