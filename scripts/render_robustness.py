@@ -164,3 +164,41 @@ def rendered_label_skew(folders: Path = LABEL_SKEW) -> str:
                          f"{100 * float(plain['balanced_accuracy']):.1f} | {lost_plain} | "
                          f"{100 * float(private['balanced_accuracy']):.1f} | {lost} | {check} |")
     return "\n".join(lines) + "\n"
+
+
+LABEL_SKEW_CHOICE = FOLDERS / "label-skew-validation"
+"""Issue 31's candidates for the second check, judged on the validation split (never the test split): one study
+folder per candidate and data file, named `<candidate>--<data>`; the non-private reference of a data file is the
+folder of that data file whose rows are non-private and whose rounds match."""
+
+
+def _reference(folders: Path, data: str, rounds: int) -> dict[str, dict[str, str]]:
+    """The non-private rows by seed of the folder of `data` (the part of its name after '--') at `rounds`."""
+    for folder in sorted(f for f in folders.iterdir() if f.name.endswith(f"--{data}") and _layout(f) == STUDY):
+        plain = {r["seed"]: r for r in _rows(folder, "table.csv") if r["mechanism"] == "none"}
+        if plain and json.loads((folder / "study.json").read_text())["rounds"] == rounds:
+            return plain
+    raise ValueError(f"{folders}: no non-private folder of {data} at {rounds} rounds")
+
+
+def rendered_label_skew_choice(folders: Path = LABEL_SKEW_CHOICE) -> str:
+    """Per candidate and data file, on the validation split: the seeds on which the Dirichlet run and the
+    non-private run of the same rounds lost a class, the check's failures (a class lost where the non-private
+    run of the same seed kept every class) and the worst seed's balanced accuracy."""
+    lines = ["| candidate | data | rounds | Dirichlet rate (tuned) | Dirichlet lost a class | non-private lost a class "
+             "| check failures | Dirichlet worst balanced acc. |", "|---|---|---|---|---|---|---|---|"]
+    for folder in sorted(f for f in folders.iterdir() if _layout(f) == STUDY):
+        private = [r for r in _rows(folder, "table.csv") if r["mechanism"] == "dirichlet"]
+        if not private:
+            continue
+        candidate, data = folder.name.split("--")
+        config = json.loads((folder / "study.json").read_text())
+        plain = _reference(folders, data, config["rounds"])
+        lost = sorted(int(r["seed"]) for r in private if r["dead_classes"] != "0")
+        lost_plain = sorted(int(s) for s, r in plain.items() if r["dead_classes"] != "0")
+        failures = [seed for seed in lost if seed not in lost_plain]
+        worst = min(100 * float(r["balanced_accuracy"]) for r in private)
+        lines.append(f"| {candidate} | {_data(config)} | {config['rounds']} | "
+                     f"{study_rate(private).replace(' (tuned)', '')} | {len(lost)} of {len(private)} | "
+                     f"{len(lost_plain)} of {len(plain)} | {len(failures)} | {worst:.1f} |")
+    return "\n".join(lines) + "\n"

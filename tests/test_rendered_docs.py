@@ -192,6 +192,32 @@ def test_the_label_skew_check_fails_only_a_class_lost_where_the_non_private_run_
     assert [line.rsplit("|", 2)[1].strip() for line in table] == ["pass", "FAIL", "pass"]
 
 
+def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_its_data_and_rounds(
+        tmp_path: Path) -> None:
+    from sims.study.cell import COLUMNS
+    from sims.study.plan import Study
+    from sims.study.runner import csv_text, describe
+
+    def folder(name: str, rounds: int, dead: dict[tuple[str, int], int]) -> None:
+        (tmp_path / name).mkdir()
+        study = Study(dataset="npz", data_path="d.npz", partitions=("0.3",), rounds=rounds, validation=True)
+        (tmp_path / name / "study.json").write_text(describe(study))
+        row = {"beta": "0.3", "epsilon": "1.0", "status": "ok", "accuracy": "0.9", "learning_rate": 0.1}
+        rows = [{**row, "mechanism": m, "seed": seed, "dead_classes": n, "balanced_accuracy": 0.9 - n / 10}
+                for (m, seed), n in dead.items()]
+        (tmp_path / name / "table.csv").write_text(csv_text(rows, COLUMNS))
+
+    folder("defaults--x", 20, {("none", 0): 0, ("none", 1): 1, ("dirichlet", 0): 1, ("dirichlet", 1): 2})
+    folder("longer--x", 40, {("dirichlet", 0): 1, ("dirichlet", 1): 0})
+    folder("longer-none--x", 40, {("none", 0): 1, ("none", 1): 0})
+    assert render_robustness.rendered_label_skew_choice(tmp_path).splitlines()[2:] == [
+        "| defaults | d.npz | 20 | 0.1 | 2 of 2 | 1 of 2 | 1 | 70.0 |",  # seed 0: lost where none kept all
+        "| longer | d.npz | 40 | 0.1 | 1 of 2 | 1 of 2 | 0 | 80.0 |"]  # paired with the 40-round none run
+    (tmp_path / "longer-none--x" / "table.csv").unlink()
+    with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds"):
+        render_robustness.rendered_label_skew_choice(tmp_path)
+
+
 STAND_IN, DEFAULT_NET, NORMALIZED = "dermamnist-shaped-digits.npz", "lenet, norm none", "normalized, cap 20"
 STAND_IN_CLASSES = 7
 """DermaMNIST's classes: a seed at balanced accuracy 1/7 predicts one class (it collapsed)."""
@@ -491,6 +517,97 @@ def test_the_label_skew_candidates_in_benchmarks_hold_on_the_committed_folders()
     text = (Path(__file__).resolve().parent.parent / "BENCHMARKS.md").read_text()
     assert ("`--warmup-rounds 6` lost\n  one on 1 seed, `--dirichlet-weight-cap 5` on all 5, `--rounds 40` on 1, "
             "and `--dirichlet-weight-cap 50`\n  on none") in text
+
+
+def _table(folder: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(folder / "table.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _lost(rows: list[dict[str, str]], mechanism: str) -> set[str]:
+    """The seeds on which `mechanism`'s run lost a class."""
+    return {r["seed"] for r in rows if r["mechanism"] == mechanism and r["dead_classes"] != "0"}
+
+
+def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -> None:
+    """BENCHMARKS.md 11.5's choice on the validation split: each candidate's check failures, the non-private
+    run's losses at 20 and 40 rounds, warm-up 6's worst seeds, and the split's granularity."""
+    import json
+
+    folders = render_robustness.LABEL_SKEW_CHOICE
+    draws = ("stand-in", "draw-seed23", "draw-seed31")
+    plain20 = {d: _lost(_table(folders / f"defaults--{d}"), "none") for d in draws}
+    plain40 = {d: _lost(_table(folders / f"rounds-40-none--{d}"), "none") for d in draws}
+
+    def failures(candidate: str) -> dict[str, set[str]]:
+        plain = plain40 if candidate == "rounds-40" else plain20
+        return {d: _lost(_table(folders / f"{candidate}--{d}"), "dirichlet") - plain[d] for d in draws}
+
+    assert {c: sum(len(f) for f in failures(c).values()) for c in ("defaults", "cap-50", "rounds-40", "warmup-6")} \
+        == {"defaults": 1, "cap-50": 1, "rounds-40": 2, "warmup-6": 0}
+    assert failures("cap-50")["stand-in"] == failures("defaults")["stand-in"] == {"3"}
+    assert sum(len(lost) for lost in plain20.values()) == 10 and sum(len(lost) for lost in plain40.values()) == 4
+
+    def worst(candidate: str, draw: str) -> float:
+        return min(float(r["balanced_accuracy"]) for r in _table(folders / f"{candidate}--{draw}")
+                   if r["mechanism"] == "dirichlet")
+
+    assert all(worst("warmup-6", d) > worst("defaults", d) for d in draws)
+    for folder in folders.iterdir():
+        study = json.loads((folder / "study.json").read_text())
+        assert study["validation"] and study["optimizers"] == ["sgd"]
+        assert (study["warmup_rounds"], study["dirichlet_weight_cap"], study["rounds"]) == {
+            "defaults": (3, 20.0, 20), "cap-50": (3, 50.0, 20), "warmup-6": (6, 20.0, 20),
+            "rounds-40": (3, 20.0, 40), "rounds-40-none": (3, 20.0, 40)}[folder.name.split("--")[0]]
+    stand_in = [r for f in folders.glob("*--stand-in") for r in _table(f)]
+    assert all(abs(210 * float(r["accuracy"]) - round(210 * float(r["accuracy"]))) < 1e-6 for r in stand_in)
+    text = (Path(__file__).resolve().parent.parent / "BENCHMARKS.md").read_text()
+    for stated in ("it holds 210 examples", "lost a class on 10 of the 15\n  seeds",
+                   "At 40 rounds it lost one on 4 of 15", "failed the check on 2 seeds",
+                   "(the shared stand-in,\n  seed 3)"):
+        assert stated in text, stated
+
+
+def test_the_warmup_6_check_in_benchmarks_holds_on_the_test_folders() -> None:
+    """BENCHMARKS.md 11.5's test-split check of warm-up 6: 2 failures of the 14 seeds on which the non-private
+    run kept every class, its worst seed, no non-private collapse, and the label-skew tuner's new choices."""
+    import csv
+    import json
+
+    from sims.study.tuning import choose_rate
+
+    folders = render_robustness.FOLDERS / "label-skew-warmup-6"
+    draws = ("stand-in", "draw-seed23", "draw-seed31")
+    rows = {d: _table(folders / d) for d in draws}
+    kept = {d: {r["seed"] for r in rows[d] if r["mechanism"] == "none"} - _lost(rows[d], "none") for d in draws}
+    failures = {d: _lost(rows[d], "dirichlet") & kept[d] for d in draws}
+    assert sum(len(k) for k in kept.values()) == 14
+    assert [len(failures[d]) for d in draws] == [1, 0, 1]
+    private = [r for d in draws for r in rows[d] if r["mechanism"] == "dirichlet"]
+    assert round(100 * min(float(r["balanced_accuracy"]) for r in private), 1) == 61.7
+    assert not any(r["collapsed"] == "1" for d in draws for r in rows[d] if r["mechanism"] == "none")
+    assert all(json.loads((folders / d / "study.json").read_text())["warmup_rounds"] == 6 for d in draws)
+
+    def retuned(draw: str, mechanism: str, optimizer: str) -> float:
+        with open(render_robustness.LABEL_SKEW / draw / "tuning.csv", newline="") as handle:
+            return choose_rate([r for r in csv.DictReader(handle)
+                                if (r["mechanism"], r["optimizer"]) == (mechanism, optimizer)])
+
+    assert retuned("draw-seed23", "none", "sgd") == 0.1 and retuned("draw-seed31", "dirichlet", "adam") == 0.003
+    for draw in draws:  # every other choice is the committed one
+        for r in _table(render_robustness.LABEL_SKEW / draw):
+            if (draw, r["mechanism"], r["optimizer"]) not in {("draw-seed23", "none", "sgd"),
+                                                               ("draw-seed31", "dirichlet", "adam")}:
+                assert retuned(draw, r["mechanism"], r["optimizer"]) == float(r["learning_rate"])
+    adam31 = [r for r in _table(render_robustness.LABEL_SKEW / "draw-seed31")
+              if (r["mechanism"], r["optimizer"]) == ("dirichlet", "adam")]
+    assert {r["learning_rate"] for r in adam31} == {"0.009"} and sum(r["collapsed"] == "1" for r in adam31) == 4
+    text = (Path(__file__).resolve().parent.parent / "BENCHMARKS.md").read_text()
+    for stated in ("on 2\n  of the 14 seeds", "Its worst\n  seed's balanced accuracy is 61.7 %",
+                   "chooses 0.1 for that run", "Adam 0.003 instead of 0.009", "collapsed on 4 of 5 seeds"):
+        assert stated in text, stated
 
 
 def test_the_strategies_prose_in_benchmarks_holds_against_the_non_private_runs() -> None:
