@@ -175,7 +175,7 @@ folder of that data file whose rows are non-private and whose rounds match."""
 def _reference(folders: Path, data: str, rounds: int) -> dict[str, dict[str, str]]:
     """The non-private rows by seed of the folder of `data` (the part of its name after '--') at `rounds`."""
     for folder in sorted(f for f in folders.iterdir() if f.name.endswith(f"--{data}") and _layout(f) == STUDY):
-        plain = {r["seed"]: r for r in _rows(folder, "table.csv") if r["mechanism"] == "none"}
+        plain = {r["seed"]: r for r in _rows(folder, "table.csv") if not mechanism_class(r["mechanism"]).private}
         if plain and json.loads((folder / "study.json").read_text())["rounds"] == rounds:
             return plain
     raise ValueError(f"{folders}: no non-private folder of {data} at {rounds} rounds")
@@ -188,7 +188,7 @@ def rendered_label_skew_choice(folders: Path = LABEL_SKEW_CHOICE) -> str:
     lines = ["| candidate | data | rounds | Dirichlet rate (tuned) | Dirichlet lost a class | non-private lost a class "
              "| check failures | Dirichlet worst balanced acc. |", "|---|---|---|---|---|---|---|---|"]
     for folder in sorted(f for f in folders.iterdir() if _layout(f) == STUDY):
-        private = [r for r in _rows(folder, "table.csv") if r["mechanism"] == "dirichlet"]
+        private = [r for r in _rows(folder, "table.csv") if mechanism_class(r["mechanism"]).private]
         if not private:
             continue
         candidate, data = folder.name.split("--")
