@@ -149,6 +149,12 @@ LABEL_SKEW = FOLDERS / "label-skew"
 eps 1, 5 seeds, SGD and Adam each tuned on the validation split, with the non-private run of each."""
 
 
+def fails_check(private: dict[str, str], plain: dict[str, str]) -> bool:
+    """Issue 31's second check, for one seed: the private run lost a class where the non-private run kept every
+    class."""
+    return int(private["dead_classes"]) > 0 and int(plain["dead_classes"]) == 0
+
+
 def rendered_label_skew(folders: Path = LABEL_SKEW) -> str:
     """Per data file, optimizer and seed: the non-private and the Dirichlet run's balanced accuracy and dead
     classes, and the check (the Dirichlet run keeps every class wherever the non-private run of the same seed
@@ -159,7 +165,7 @@ def rendered_label_skew(folders: Path = LABEL_SKEW) -> str:
     for folder in sorted(f for f in folders.iterdir() if _layout(f) == STUDY):
         for config, optimizer, seed, private, plain in _paired_seeds(folder):
             lost, lost_plain = int(private["dead_classes"]), int(plain["dead_classes"])
-            check = "pass" if lost == 0 or lost_plain > 0 else "FAIL"
+            check = "FAIL" if fails_check(private, plain) else "pass"
             lines.append(f"| {_data(config)} | {optimizer} | {seed} | {float(private['learning_rate']):g} | "
                          f"{100 * float(plain['balanced_accuracy']):.1f} | {lost_plain} | "
                          f"{100 * float(private['balanced_accuracy']):.1f} | {lost} | {check} |")
@@ -172,33 +178,29 @@ folder per candidate and data file, named `<candidate>--<data>`; the non-private
 folder of that data file whose rows are non-private and whose rounds match."""
 
 
-def _reference(folders: Path, data: str, rounds: int) -> dict[str, dict[str, str]]:
-    """The non-private rows by seed of the folder of `data` (the part of its name after '--') at `rounds`."""
-    for folder in sorted(f for f in folders.iterdir() if f.name.endswith(f"--{data}") and _layout(f) == STUDY):
-        plain = {r["seed"]: r for r in _rows(folder, "table.csv") if not mechanism_class(r["mechanism"]).private}
-        if plain and json.loads((folder / "study.json").read_text())["rounds"] == rounds:
-            return plain
-    raise ValueError(f"{folders}: no non-private folder of {data} at {rounds} rounds")
-
-
 def rendered_label_skew_choice(folders: Path = LABEL_SKEW_CHOICE) -> str:
     """Per candidate and data file, on the validation split: the seeds on which the Dirichlet run and the
-    non-private run of the same rounds lost a class, the check's failures (a class lost where the non-private
-    run of the same seed kept every class) and the worst seed's balanced accuracy."""
+    non-private run of the same data file and rounds lost a class, the check's failures (fails_check) and the
+    worst seed's balanced accuracy. ValueError when a data file has no non-private folder at a candidate's rounds."""
+    studies = {f.name: (json.loads((f / "study.json").read_text()), _rows(f, "table.csv"))
+               for f in sorted(folders.iterdir()) if _layout(f) == STUDY}
+    plain_of = {(name.split("--")[1], config["rounds"]): plain for name, (config, rows) in studies.items()
+                if (plain := {r["seed"]: r for r in rows if not mechanism_class(r["mechanism"]).private})}
     lines = ["| candidate | data | rounds | Dirichlet rate (tuned) | Dirichlet lost a class | non-private lost a class "
              "| check failures | Dirichlet worst balanced acc. |", "|---|---|---|---|---|---|---|---|"]
-    for folder in sorted(f for f in folders.iterdir() if _layout(f) == STUDY):
-        private = [r for r in _rows(folder, "table.csv") if mechanism_class(r["mechanism"]).private]
+    for name, (config, rows) in studies.items():
+        private = [r for r in rows if mechanism_class(r["mechanism"]).private]
         if not private:
             continue
-        candidate, data = folder.name.split("--")
-        config = json.loads((folder / "study.json").read_text())
-        plain = _reference(folders, data, config["rounds"])
-        lost = sorted(int(r["seed"]) for r in private if r["dead_classes"] != "0")
-        lost_plain = sorted(int(s) for s, r in plain.items() if r["dead_classes"] != "0")
-        failures = [seed for seed in lost if seed not in lost_plain]
+        candidate, data = name.split("--")
+        plain = plain_of.get((data, config["rounds"]))
+        if plain is None:
+            raise ValueError(f"{folders}: no non-private folder of {data} at {config['rounds']} rounds")
+        lost_plain = sum(r["dead_classes"] != "0" for r in plain.values())
         worst = min(100 * float(r["balanced_accuracy"]) for r in private)
         lines.append(f"| {candidate} | {_data(config)} | {config['rounds']} | "
-                     f"{study_rate(private).replace(' (tuned)', '')} | {len(lost)} of {len(private)} | "
-                     f"{len(lost_plain)} of {len(plain)} | {len(failures)} | {worst:.1f} |")
+                     f"{study_rate(private).replace(' (tuned)', '')} | "
+                     f"{sum(r['dead_classes'] != '0' for r in private)} of {len(private)} | "
+                     f"{lost_plain} of {len(plain)} | {sum(fails_check(r, plain[r['seed']]) for r in private)} | "
+                     f"{worst:.1f} |")
     return "\n".join(lines) + "\n"

@@ -474,13 +474,23 @@ def test_the_resnet9_prose_in_benchmarks_holds_on_the_committed_folders() -> Non
         assert stated in text
 
 
-def test_the_label_skew_prose_in_benchmarks_holds_on_the_committed_folders() -> None:
-    """BENCHMARKS.md 11.5's counts, read from docs/robustness/label-skew/."""
+def _table(folder: Path) -> list[dict[str, str]]:
     import csv
 
+    with open(folder / "table.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _lost(rows: list[dict[str, str]], mechanism: str) -> set[str]:
+    """The seeds on which `mechanism`'s run lost a class."""
+    return {r["seed"] for r in rows if r["mechanism"] == mechanism and r["dead_classes"] != "0"}
+
+
+def test_the_label_skew_prose_in_benchmarks_holds_on_the_committed_folders() -> None:
+    """BENCHMARKS.md 11.5's counts, read from docs/robustness/label-skew/."""
+
     def rows(draw: str) -> list[dict[str, str]]:
-        with open(render_robustness.LABEL_SKEW / draw / "table.csv", newline="") as handle:
-            return list(csv.DictReader(handle))
+        return _table(render_robustness.LABEL_SKEW / draw)
 
     def failures(draw: str) -> int:
         by = {(r["mechanism"], r["optimizer"], r["seed"]): int(r["dead_classes"]) for r in rows(draw)}
@@ -517,18 +527,6 @@ def test_the_label_skew_candidates_in_benchmarks_hold_on_the_committed_folders()
     text = (Path(__file__).resolve().parent.parent / "BENCHMARKS.md").read_text()
     assert ("`--warmup-rounds 6` lost\n  one on 1 seed, `--dirichlet-weight-cap 5` on all 5, `--rounds 40` on 1, "
             "and `--dirichlet-weight-cap 50`\n  on none") in text
-
-
-def _table(folder: Path) -> list[dict[str, str]]:
-    import csv
-
-    with open(folder / "table.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _lost(rows: list[dict[str, str]], mechanism: str) -> set[str]:
-    """The seeds on which `mechanism`'s run lost a class."""
-    return {r["seed"] for r in rows if r["mechanism"] == mechanism and r["dead_classes"] != "0"}
 
 
 def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -> None:

@@ -264,13 +264,11 @@ classes predicted (0: not recorded), whether the rate lies beyond the grid (an e
 
 def scored_pairs(rows: list[dict[str, object]]) -> Scored:
     """The finished runs of `rows` (one group's tuning rows): rows that did not finish, or have no number, do not
-    count. A collapsed run predicted one class; a row from before the predicted_classes column records 0, one
-    from before the extension column lies on the grid."""
-    def predicted(row: dict[str, object]) -> int:
-        return 1 if str(row.get("collapsed") or "0") == "1" else int(float(str(row.get("predicted_classes") or 0)))
-
+    count. A row from before the predicted_classes column records 0 classes, one from before the extension
+    column lies on the grid."""
     return {(float(str(r["learning_rate"])), server_rate_of(r)):
-            (float(str(r["balanced_accuracy"])), predicted(r), str(r.get("extension") or "0") != "0")
+            (float(str(r["balanced_accuracy"])), int(float(str(r.get("predicted_classes") or 0))),
+             str(r.get("extension") or "0") != "0")
             for r in rows if r["status"] == "ok" and str(r["balanced_accuracy"]) not in ("", "nan")}
 
 
