@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from dirichlet_fl.simulation import APP_DIR, simulate
+from tests.processes import descendants
 
 pytestmark = pytest.mark.xdist_group("faults")  # scripts/test.sh: one worker computes the module's runs once
 
@@ -137,9 +138,10 @@ def test_each_clients_durable_ledger_equals_the_summary(runs: tuple[Path, Path])
 
 
 def client_actors() -> list[int]:
-    """PIDs of this test session's Ray client actors (Ray's processes stay in the session that started them)."""
+    """PIDs of this process's own Ray client actors: Ray's processes descend from the driver that started
+    them, while the session holds every pytest-xdist worker's, whose actors are not ours to kill."""
     actors = []
-    for pid in session_processes(os.getsid(0)):
+    for pid in sorted(descendants([os.getpid()])):
         try:
             if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::ClientAppActor"):
                 actors.append(pid)

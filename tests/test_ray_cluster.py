@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from dirichlet_fl.simulation import APP_DIR
+from tests.processes import descendants
 
 pytestmark = pytest.mark.xdist_group("flwr-run")  # scripts/test.sh: never beside `flwr run`, whose Ray joins a cluster
 
@@ -36,25 +37,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _descendants(roots: list[int]) -> set[int]:
-    """`roots` and every process below them, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    found, pending = set(), list(roots)
-    while pending:
-        pid = pending.pop()
-        if pid not in found:
-            found.add(pid)
-            pending.extend(children.get(pid, []))
-    return found
 
 
 def _naming(text: str) -> set[int]:
@@ -79,7 +61,7 @@ def _alive(pid: int) -> bool:
 
 
 def _ray_processes(nodes: list[subprocess.Popen], temp_dir: str) -> set[int]:
-    return (_descendants([node.pid for node in nodes]) | _naming(temp_dir)) - {os.getpid()}
+    return (descendants([node.pid for node in nodes]) | _naming(temp_dir)) - {os.getpid()}
 
 
 def stop_cluster(nodes: list[subprocess.Popen], temp_dir: str) -> None:
@@ -166,7 +148,7 @@ def _actors_per_node(nodes: list[subprocess.Popen], seen: list[set[int]], stop: 
     """Record, for each node, whether a Flower ClientApp actor ran in its process tree."""
     while not stop.is_set():
         for index, node in enumerate(nodes):
-            for pid in _descendants([node.pid]):
+            for pid in descendants([node.pid]):
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as handle:
                         if b"ClientAppActor" in handle.read():
