@@ -192,15 +192,16 @@ def test_the_label_skew_check_fails_only_a_class_lost_where_the_non_private_run_
     assert [line.rsplit("|", 2)[1].strip() for line in table] == ["pass", "FAIL", "pass"]
 
 
-def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_its_data_and_rounds(
+def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_its_data_rounds_and_batch(
         tmp_path: Path) -> None:
     from sims.study.cell import COLUMNS
     from sims.study.plan import Study
     from sims.study.runner import csv_text, describe
 
-    def folder(name: str, rounds: int, dead: dict[tuple[str, int], int]) -> None:
+    def folder(name: str, rounds: int, dead: dict[tuple[str, int], int], batch_size: int = 32) -> None:
         (tmp_path / name).mkdir()
-        study = Study(dataset="npz", data_path="d.npz", partitions=("0.3",), rounds=rounds, validation=True)
+        study = Study(dataset="npz", data_path="d.npz", partitions=("0.3",), rounds=rounds, validation=True,
+                      batch_size=batch_size)
         (tmp_path / name / "study.json").write_text(describe(study))
         row = {"beta": "0.3", "epsilon": "1.0", "status": "ok", "accuracy": "0.9", "learning_rate": 0.1}
         rows = [{**row, "mechanism": m, "seed": seed, "dead_classes": n, "balanced_accuracy": 0.9 - n / 10}
@@ -210,11 +211,13 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
     folder("defaults--x", 20, {("none", 0): 0, ("none", 1): 1, ("dirichlet", 0): 1, ("dirichlet", 1): 2})
     folder("longer--x", 40, {("dirichlet", 0): 1, ("dirichlet", 1): 0})
     folder("longer-none--x", 40, {("none", 0): 1, ("none", 1): 0})
+    folder("smaller--x", 20, {("none", 0): 0, ("none", 1): 0, ("dirichlet", 0): 0, ("dirichlet", 1): 1}, 10)
     assert render_robustness.rendered_label_skew_choice(tmp_path).splitlines()[2:] == [
-        "| defaults | d.npz | 20 | 0.1 | 2 of 2 | 1 of 2 | 1 | 70.0 |",  # seed 0: lost where none kept all
-        "| longer | d.npz | 40 | 0.1 | 1 of 2 | 1 of 2 | 0 | 80.0 |"]  # paired with the 40-round none run
+        "| defaults | d.npz | 20 | 32 | 0.1 | 2 of 2 | 1 of 2 | 1 | 70.0 |",  # seed 0: lost where none kept all
+        "| longer | d.npz | 40 | 32 | 0.1 | 1 of 2 | 1 of 2 | 0 | 80.0 |",  # paired with the 40-round none run
+        "| smaller | d.npz | 20 | 10 | 0.1 | 1 of 2 | 0 of 2 | 1 | 80.0 |"]  # and with its own batch's none run
     (tmp_path / "longer-none--x" / "table.csv").unlink()
-    with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds"):
+    with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds and batch 32"):
         render_robustness.rendered_label_skew_choice(tmp_path)
 
 
