@@ -77,4 +77,32 @@ def per_seed(folder: Path) -> str:
     ]
     header = ("| partition | mechanism | eps | strategy | server rate | client rate | seed | balanced acc. | "
               "macro AUC | min class recall | dead classes | worst client | collapsed |\n" + "|---" * 13 + "|")
-    return "\n".join([header, *map(_seed_row, rows)]) + "\n\n" + "\n".join(verdicts) + "\n"
+    return "\n".join([header, *map(_seed_row, rows)]) + "\n\n" + "\n".join(verdicts + _paired(rows)) + "\n"
+
+
+def _paired(rows: list[dict[str, object]]) -> list[str]:
+    """One sentence per (partition, private mechanism, eps) whose strategies also ran without privacy: for each
+    strategy, on how many of the seeds on which its non-private run kept every class the private run lost one
+    (scripts.render_robustness.fails_check, issue 31's check, per strategy)."""
+    from privacy.registry import mechanism_class
+    from scripts.render_robustness import fails_check
+
+    def strategy(row: dict[str, object]) -> str:
+        return str(row.get("strategy") or "fedavg")
+
+    plain = {(str(r["beta"]), strategy(r), str(r["seed"])): r for r in rows
+             if not mechanism_class(str(r["mechanism"])).private}
+    counts: dict[tuple[str, str, str], dict[str, list[int]]] = {}
+    for row in rows:
+        reference = plain.get((str(row["beta"]), strategy(row), str(row["seed"])))
+        if reference is None or not mechanism_class(str(row["mechanism"])).private:
+            continue
+        if int(str(reference["dead_classes"])) == 0:
+            group = (str(row["beta"]), str(row["mechanism"]), f"{float(str(row['epsilon'])):g}")
+            count = counts.setdefault(group, {}).setdefault(strategy(row), [0, 0])
+            count[0] += fails_check({k: str(v) for k, v in row.items()}, {k: str(v) for k, v in reference.items()})
+            count[1] += 1
+    return [f"At partition {partition}, {mechanism} eps {eps}, against the non-private run of the same strategy and "
+            "seed: " + "; ".join(f"{s} lost a class that run kept on {lost} of {kept} seeds"
+                                 for s, (lost, kept) in sorted(by_strategy.items())) + "."
+            for (partition, mechanism, eps), by_strategy in counts.items()]

@@ -416,7 +416,8 @@ def test_the_optimizer_prose_in_benchmarks_holds_on_the_committed_folder() -> No
 
 
 def test_the_per_seed_table_names_only_the_strategies_that_kept_every_class_on_every_seed(tmp_path: Path) -> None:
-    """A strategy that loses a class on one seed is left out of the verdict; every seed gets its own row."""
+    """A strategy that loses a class on one seed is left out of the verdict; every seed gets its own row; with
+    non-private rows beside, each strategy's private losses are counted where its non-private run kept every class."""
     import csv
 
     from scripts.render_study_docs import per_seed
@@ -439,6 +440,15 @@ def test_the_per_seed_table_names_only_the_strategies_that_kept_every_class_on_e
     assert "| fedadam | 0.01 | 0.05 | 1 | 90.0 | 99.0 | 50.0 | 0 | 80.0 | no |" in text
     verdict = "At partition 0.3, dirichlet eps 1: fedadam kept every class alive on every seed (of fedadam, fedavg)."
     assert verdict in text
+    assert "against the non-private run" not in text  # no non-private rows: nothing to pair
+
+    plain = [{**row(s, seed, dead), "mechanism": "none", "epsilon": "inf"}
+             for s, seed, dead in (("fedavg", 0, 0), ("fedavg", 1, 0), ("fedadam", 0, 1), ("fedadam", 1, 0))]
+    with open(tmp_path / "table.csv", "a", newline="") as handle:
+        csv.DictWriter(handle, fieldnames=COLUMNS).writerows(plain)
+    assert ("At partition 0.3, dirichlet eps 1, against the non-private run of the same strategy and seed: fedadam "
+            "lost a class that run kept on 0 of 1 seeds; fedavg lost a class that run kept on 1 of 2 seeds.") \
+        in per_seed(tmp_path)
 
 
 def test_the_strategies_prose_in_benchmarks_holds_on_the_committed_folder() -> None:
