@@ -31,6 +31,7 @@ pytestmark = pytest.mark.xdist_group("flwr-run")  # scripts/test.sh: never besid
 RAY = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT = 60.0
 RUN_TIMEOUT = 150.0
+WORKER_STARTS = 3
 
 
 def free_port() -> int:
@@ -104,22 +105,27 @@ def _wait_for_port(address: str, log: Path) -> None:
     raise AssertionError(f"the head's GCS did not listen at {address}; see {log}")
 
 
-def _wait_for_nodes(address: str, count: int, log: Path) -> None:
-    """Until the cluster at `address` has `count` live nodes (asked from a separate driver process)."""
+def _wait_for_nodes(address: str, count: int, log: Path, worker: subprocess.Popen) -> bool:
+    """Until the cluster at `address` has `count` live nodes (asked from a separate driver process): True; False
+    as soon as the `worker` node's `ray start` has exited (it gives up when its raylet has not registered within
+    the 30 s fixed in ray/_private/node.py, which a loaded machine can exceed)."""
     probe = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
              "print(sum(node['Alive'] for node in ray.nodes()))")
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            return False
         done = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True, timeout=60)
         if done.returncode == 0 and done.stdout.strip().splitlines()[-1:] == [str(count)]:
-            return
+            return True
         time.sleep(1.0)
     raise AssertionError(f"the cluster at {address} did not reach {count} nodes; see {log}")
 
 
 @pytest.fixture
 def loopback_cluster(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Popen]]]:
-    """A head node and one worker node on this machine, one CPU each; yields (address, nodes)."""
+    """A head node and one worker node on this machine, one CPU each; yields (address, [head, worker]). A worker
+    node whose start timed out is started again, at most WORKER_STARTS times in all."""
     temp_dir = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # Ray's socket paths must stay short
     address = f"127.0.0.1:{free_port()}"
     environment = {**os.environ, "RAY_worker_niceness": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
@@ -127,20 +133,27 @@ def loopback_cluster(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Pope
     head = [RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", address.split(":")[1],
             "--temp-dir", temp_dir, "--include-dashboard", "false", "--ray-client-server-port", str(free_port()),
             *common, *_ports()]
-    worker = [RAY, "start", "--address", address, "--node-ip-address", "127.0.0.1", *common, *_ports()]
-    nodes: list[subprocess.Popen] = []
+    started: list[subprocess.Popen] = []  # every node process, a worker that gave up included: all are stopped
     log = tmp_path / "ray-nodes.log"
     try:
         with open(log, "w") as handle:
-            nodes.append(subprocess.Popen(head, stdout=handle, stderr=subprocess.STDOUT, env=environment,
-                                          start_new_session=True))
+            def start(command: list[str]) -> subprocess.Popen:
+                started.append(subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=environment,
+                                                start_new_session=True))
+                return started[-1]
+
+            head_node = start(head)
             _wait_for_port(address, log)
-            nodes.append(subprocess.Popen(worker, stdout=handle, stderr=subprocess.STDOUT, env=environment,
-                                          start_new_session=True))
-            _wait_for_nodes(address, 2, log)
-            yield address, nodes
+            for _ in range(WORKER_STARTS):
+                worker_node = start([RAY, "start", "--address", address, "--node-ip-address", "127.0.0.1", *common,
+                                     *_ports()])
+                if _wait_for_nodes(address, 2, log, worker_node):
+                    break
+            else:
+                raise AssertionError(f"the worker node's `ray start` gave up {WORKER_STARTS} times; see {log}")
+            yield address, [head_node, worker_node]
     finally:
-        stop_cluster(nodes, temp_dir)
+        stop_cluster(started, temp_dir)
     assert not {pid for pid in _naming(temp_dir) if _alive(pid)}, "a Ray process of the test survived"
 
 
