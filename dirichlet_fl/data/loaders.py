@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import importlib.util
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ import numpy as np
 from dirichlet_fl.config_groups import SYNTHETIC
 from dirichlet_fl.data.image_data import ImageData, Split, to_image_data
 from dirichlet_fl.data.data_file import check_labels, read_npz_splits
+from dirichlet_fl.data.stratified import stratified_split
 
 if TYPE_CHECKING:
     from medmnist.dataset import MedMNIST2D
@@ -35,9 +37,10 @@ TORCHVISION_MNIST = ("mnist", "fashionmnist")
 BUILTIN_DATASETS = ("digits", "mnist-idx", *TORCHVISION_MNIST, "cifar10", "svhn")
 NPZ = "npz"
 """The data set of one .npz file in medmnist's layout (a site's data-file format), at data-path."""
-"""The data sets read without medmnist. torchvision, medmnist and scikit-learn are imported by the
-loader that needs them: together they cost about 0.7 s and 300 MB in every process that imports this
-module (the server, each Ray actor, the CLI), most of which only ever loads one data set."""
+"""The data sets read without medmnist. torchvision and medmnist are imported by the loader that needs them:
+they cost about 0.7 s and 300 MB in every process that imports this module (the server, each Ray actor, the
+CLI), most of which only ever loads one data set. scikit-learn is never imported: its digits file is read
+directly and the stratified splits are numpy's (dirichlet_fl/data/stratified.py)."""
 
 
 @functools.cache
@@ -100,17 +103,6 @@ def load_dataset(
     return _load_svhn(root, download)
 
 
-def stratified_split(
-    labels: np.ndarray, fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED
-) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of a stratified hold-out split (kept, held out), each sorted; scikit-learn is imported here
-    only, so that a client process that never splits does not pay for it."""
-    from sklearn.model_selection import train_test_split
-
-    kept, held = train_test_split(np.arange(len(labels)), test_size=fraction, stratify=labels, random_state=seed)
-    return np.sort(kept), np.sort(held)
-
-
 def _missing_file(name: str, path: Path, alternative: str | None = None) -> FileNotFoundError:
     """The error for an absent data file: which file, which directory, and how to get it."""
     also = f" (or '{alternative}')" if alternative else ""
@@ -121,14 +113,19 @@ def _missing_file(name: str, path: Path, alternative: str | None = None) -> File
 
 
 def _load_digits() -> ImageData:
-    """scikit-learn's embedded 8x8 digits (values 0..16), split 80/20 stratified with SPLIT_SEED."""
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    images, labels = bunch.images[:, None], bunch.target
-    train, test = stratified_split(labels)
+    """scikit-learn's embedded 8x8 digits (values 0..16), split 80/20 stratified with SPLIT_SEED. The file is read
+    where scikit-learn keeps it, as its load_digits reads it, without importing scikit-learn (about 1.1 s a
+    process)."""
+    spec = importlib.util.find_spec("sklearn")
+    path = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz" if spec and spec.origin else None
+    if path is None or not path.is_file():
+        raise FileNotFoundError(f"digits: scikit-learn's embedded file datasets/data/digits.csv.gz was not found "
+                                f"(looked in {path}); install scikit-learn (bash scripts/setup.sh)")
+    table = np.loadtxt(path, delimiter=",")
+    images, labels = table[:, :-1].reshape(-1, 1, 8, 8), table[:, -1].astype(int)
+    train, test = stratified_split(labels, TEST_FRACTION, SPLIT_SEED)
     splits = {"train": (images[train], labels[train]), "test": (images[test], labels[test])}
-    return to_image_data("digits", splits, tuple(str(c) for c in bunch.target_names), 16.0)
+    return to_image_data("digits", splits, tuple(str(c) for c in range(10)), 16.0)
 
 
 def _find_idx(folder: Path, stem: str) -> Path | None:
@@ -183,7 +180,7 @@ def _load_mnist_idx(folder: Path, download: bool) -> ImageData:
     if has_train:
         splits = {"train": _read_idx_pair(folder, "train"), "test": test}
     else:
-        train, held_out = stratified_split(test[1])
+        train, held_out = stratified_split(test[1], TEST_FRACTION, SPLIT_SEED)
         splits = {"train": (test[0][train], test[1][train]), "test": (test[0][held_out], test[1][held_out])}
     return to_image_data("mnist-idx", splits, tuple(str(d) for d in range(10)), 255.0)
 

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from dirichlet_fl.config_groups import SYNTHETIC
 from dirichlet_fl.config import SplitSpec
-from dirichlet_fl.data.loaders import load_dataset, stratified_split
+from dirichlet_fl.data.loaders import load_dataset
+from dirichlet_fl.data.stratified import stratified_split
 from dirichlet_fl.files import atomic_path
 from dirichlet_fl.data.image_data import ImageData
 from dirichlet_fl.data.partition import partition_indices
