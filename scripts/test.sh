@@ -6,7 +6,7 @@
 # Flower's polls), so they run side by side with each other and with the unit tests. So do the simulations:
 # each starts a private Ray instance (dirichlet_fl/simulation.py). Only tests that start `flwr run`'s local
 # SuperLink (fixed ports) or a `ray start` cluster, which a `flwr run` would join, run in turn on one worker
-# (xdist_group "flwr-run"); a module whose tests share one expensive run keeps them on one worker ("faults",
+# (xdist_group "flwr-run"); tests that share one expensive run stay on one worker ("faults-<strategy>",
 # "budget-run").
 # Extra arguments go to pytest (`-n 0` runs everything in this process).
 set -euo pipefail

@@ -19,7 +19,6 @@ import torch
 from dirichlet_fl.simulation import APP_DIR, simulate
 from tests.processes import descendants
 
-pytestmark = pytest.mark.xdist_group("faults")  # scripts/test.sh: one worker computes the module's runs once
 
 TINY = {
     "num-server-rounds": 6, "local-steps": 2, "partitioner": "iid", "fraction-train": 0.67,
@@ -75,7 +74,9 @@ KILLED = {  # strategy: (rounds, the round after which the server is killed)
 }
 
 
-@pytest.fixture(scope="module", params=sorted(KILLED))
+@pytest.fixture(scope="module", params=[pytest.param(strategy, marks=pytest.mark.xdist_group(f"faults-{strategy}"))
+                                        for strategy in sorted(KILLED)])  # scripts/test.sh: each param's runs
+# are computed once, on one worker, and the two params' on two workers side by side
 def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """An uninterrupted run, and the same run killed after a round then resumed (the killed run goes
     in a second process while the uninterrupted one runs here: most of a simulation is start-up)."""
