@@ -119,7 +119,7 @@ def rendered_acceptance(folders: Path = FOLDERS) -> str:
              "balanced acc. | gap (points) | Dirichlet min class recall | check |",
              "|---|---|---|---|---|---|---|---|---|"]
     for folder in sorted(f for f in folders.iterdir() if f.name.startswith(ACCEPTANCE_PREFIX)):
-        for config, optimizer, seed, private, plain in _paired_seeds(folder):
+        for config, _, optimizer, seed, private, plain in _paired_seeds(folder):
             gap = float(plain["balanced_accuracy"]) - float(private["balanced_accuracy"])
             recall = float(private["min_class_recall"])
             check = "pass" if recall > 0 and gap <= MAX_GAP else "FAIL"
@@ -130,17 +130,17 @@ def rendered_acceptance(folders: Path = FOLDERS) -> str:
     return "\n".join(lines) + "\n"
 
 
-Pair = tuple[dict, str, str, dict[str, str], dict[str, str]]
+Pair = tuple[dict, str, str, str, dict[str, str], dict[str, str]]
 
 
 def _paired_seeds(folder: Path) -> list[Pair]:
-    """A study folder's (config, optimizer, seed, Dirichlet row, non-private row) per optimizer and seed, in
-    that order."""
+    """A study folder's (config, partition, optimizer, seed, Dirichlet row, non-private row) per partition,
+    optimizer and seed, in that order."""
     config, rows = json.loads((folder / "study.json").read_text()), _rows(folder, "table.csv")
-    by_seed = {(r["mechanism"], _optimizer(r), r["seed"]): r for r in rows}
-    keys = sorted({(_optimizer(r), r["seed"]) for r in rows}, key=lambda k: (k[0], int(k[1])))
-    return [(config, optimizer, seed, by_seed[("dirichlet", optimizer, seed)], by_seed[("none", optimizer, seed)])
-            for optimizer, seed in keys]
+    by_seed = {(r["mechanism"], r["beta"], _optimizer(r), r["seed"]): r for r in rows}
+    keys = sorted({(r["beta"], _optimizer(r), r["seed"]) for r in rows}, key=lambda k: (k[0], k[1], int(k[2])))
+    return [(config, partition, optimizer, seed, by_seed[("dirichlet", partition, optimizer, seed)],
+             by_seed[("none", partition, optimizer, seed)]) for partition, optimizer, seed in keys]
 
 
 
@@ -156,17 +156,18 @@ def fails_check(private: dict[str, str], plain: dict[str, str]) -> bool:
 
 
 def rendered_label_skew(folders: Path = LABEL_SKEW) -> str:
-    """Per data file, optimizer and seed: the non-private and the Dirichlet run's balanced accuracy and dead
-    classes, and the check (the Dirichlet run keeps every class wherever the non-private run of the same seed
-    and optimizer does)."""
-    lines = ["| data | optimizer | seed | rate (tuned) | non-private balanced acc. | non-private dead classes | "
-             "Dirichlet balanced acc. | Dirichlet dead classes | check |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    """Per data file, partition, optimizer and seed: the non-private and the Dirichlet run's balanced accuracy and
+    dead classes, and the check (the Dirichlet run keeps every class wherever the non-private run of the same
+    partition, seed and optimizer does)."""
+    lines = ["| data | partition | optimizer | seed | rate (tuned) | non-private balanced acc. | non-private dead "
+             "classes | Dirichlet balanced acc. | Dirichlet dead classes | check |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for folder in sorted(f for f in folders.iterdir() if _layout(f) == STUDY):
-        for config, optimizer, seed, private, plain in _paired_seeds(folder):
+        for config, partition, optimizer, seed, private, plain in _paired_seeds(folder):
             lost, lost_plain = int(private["dead_classes"]), int(plain["dead_classes"])
             check = "FAIL" if fails_check(private, plain) else "pass"
-            lines.append(f"| {_data(config)} | {optimizer} | {seed} | {float(private['learning_rate']):g} | "
+            lines.append(f"| {_data(config)} | {partition} | {optimizer} | {seed} | "
+                         f"{float(private['learning_rate']):g} | "
                          f"{100 * float(plain['balanced_accuracy']):.1f} | {lost_plain} | "
                          f"{100 * float(private['balanced_accuracy']):.1f} | {lost} | {check} |")
     return "\n".join(lines) + "\n"
