@@ -19,7 +19,6 @@ import torch
 from dirichlet_fl.simulation import APP_DIR, simulate
 from tests.processes import descendants
 
-
 TINY = {
     "num-server-rounds": 6, "local-steps": 2, "partitioner": "iid", "fraction-train": 0.67,
     "fraction-evaluate": 0.0, "calibration-rounds": 3, "client-epsilons": "1,2,4", "seed": 3,
