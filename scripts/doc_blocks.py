@@ -84,6 +84,8 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("BENCHMARKS.md", "robustness-label-skew-choice", "scripts.render_robustness:rendered_label_skew_choice"),
     Renderer("BENCHMARKS.md", "robustness-label-skew-warmup-6", "scripts.render_robustness:rendered_label_skew",
              _study("docs/robustness/label-skew-warmup-6")),
+    Renderer("BENCHMARKS.md", "robustness-splits", "scripts.render_robustness:rendered_label_skew",
+             _study("docs/robustness/splits")),
     Renderer("BENCHMARKS.md", "robustness-grid-verdict", "scripts.render_grid:rendered_verdict"),
     Renderer("BENCHMARKS.md", "accountant-solve", "scripts.render_accountant:rendered"),
     Renderer("BENCHMARKS.md", "robustness-grid", "scripts.render_grid:rendered"),
