@@ -543,6 +543,10 @@ def test_the_lenet_group_splits_prose_holds_on_the_committed_folder() -> None:
                    "lost classes on 3 of 6 seeds and reached at most 73.2 %"):
         assert stated in prose, stated
     assert "it lost classes on 2 of 3 seeds (SGD on all 3)" in (ROOT / "docs" / "learning-rates.md").read_text()
+    fedavg_iid = [r for r in _table(ROOT / "docs" / "study-strategies")
+                  if (r["beta"], r["strategy"]) == ("iid", "fedavg")]
+    assert len(fedavg_iid) == 3 and all(r["dead_classes"] == "0" for r in fedavg_iid)
+    assert "kept every class on every IID seed over 10 clients (section 12, FedAvg)" in prose
 
 
 def test_the_resnet9_prose_in_benchmarks_holds_on_the_committed_folders() -> None:
