@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from scripts import render_accountant
 from scripts.doc_blocks import block
 
@@ -20,5 +22,7 @@ def test_the_committed_accountant_result_solves_the_grid_and_keeps_issue_33s_r_s
     before = json.loads((folder / "before.json").read_text())
     assert report["configurations"] == 373 and report["over_target"] == 0
     after = [row for row in report["grid"] if row["group"] == "issue-33"]
-    assert [row["r_star"] for row in after] == [row["r_star"] for row in before["rows"]]
+    # 1e-12 relative: results.json and before.json came from two venvs whose numpy and scipy builds differ in the
+    # last bits (BENCHMARKS.md 2; tests/privacy/test_calibration_exact.py asks the same); the issue asks 1e-9
+    assert [row["r_star"] for row in after] == pytest.approx([row["r_star"] for row in before["rows"]], rel=1e-12)
     assert [row["order"] for row in after] == [3327, 3310, 1110, 10]  # issue 33's "order used"
