@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from privacy.registry import mechanism_class
@@ -159,14 +160,33 @@ def rendered_label_skew(folders: Path = LABEL_SKEW) -> str:
     """Per data file, partition, optimizer and seed: the non-private and the Dirichlet run's balanced accuracy and
     dead classes, and the check (the Dirichlet run keeps every class wherever the non-private run of the same
     partition, seed and optimizer does)."""
-    lines = ["| data | partition | optimizer | seed | rate (tuned) | non-private balanced acc. | non-private dead "
-             "classes | Dirichlet balanced acc. | Dirichlet dead classes | check |",
+    return _check_table("data", folders, lambda folder, config: _data(config))
+
+
+SPLITS = FOLDERS / "splits"
+"""Networks over 10 clients (IID and beta 0.3), each seed against its non-private run: one study folder per network
+and setting."""
+
+
+def rendered_splits(folders: Path = SPLITS) -> str:
+    """rendered_label_skew's table with each row named by its folder and local epochs instead of its data file."""
+    def name(folder: Path, config: dict) -> str:
+        epochs = config["local_epochs"]
+        return f"{folder.name}, {epochs:g} local epoch{'s' * (epochs != 1)}"
+
+    return _check_table("run", folders, name)
+
+
+def _check_table(first: str, folders: Path, label: Callable[[Path, dict], str]) -> str:
+    """The check per study folder of `folders`, partition, optimizer and seed, each row named by `label`."""
+    lines = [f"| {first} | partition | optimizer | seed | rate (tuned) | non-private balanced acc. | non-private "
+             "dead classes | Dirichlet balanced acc. | Dirichlet dead classes | check |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for folder in sorted(f for f in folders.iterdir() if _layout(f) == STUDY):
         for config, partition, optimizer, seed, private, plain in _paired_seeds(folder):
             lost, lost_plain = int(private["dead_classes"]), int(plain["dead_classes"])
             check = "FAIL" if fails_check(private, plain) else "pass"
-            lines.append(f"| {_data(config)} | {partition} | {optimizer} | {seed} | "
+            lines.append(f"| {label(folder, config)} | {partition} | {optimizer} | {seed} | "
                          f"{float(private['learning_rate']):g} | "
                          f"{100 * float(plain['balanced_accuracy']):.1f} | {lost_plain} | "
                          f"{100 * float(private['balanced_accuracy']):.1f} | {lost} | {check} |")
