@@ -99,6 +99,7 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     """Options of `bench accuracy`, a preset of `dirichlet-fl study` (defaults: the full sweep; an option
     not given is None here and filled by sims.study.bench_preset: from --quick, else the bench's default)."""
     from cli.study import rate_flags, strategy_flags
+    from dirichlet_fl.config_groups import CLASS_WEIGHTINGS
     from dirichlet_fl.models.norms import MODELS
     from privacy.registry import BASELINE_FIRST
     from sims.study.bench_preset import DEFAULTS, SPLITS
@@ -137,6 +138,9 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     add("--dirichlet-weighting", choices=["normalized", "paper"],
         help="the Dirichlet NLL's per-example weighting (the app's dirichlet-weighting)")
     add("--dirichlet-weight-cap", type=float)
+    add("--class-weighting", choices=list(CLASS_WEIGHTINGS),
+        help="how each client's loss weighs its classes (the app's class-weighting; default none)")
+    add("--class-weight-cap", type=float, help="cap of a balanced class weight (the app's class-weight-cap)")
     add("--warmup-rounds", type=int, help="linear learning-rate warm-up over this many rounds (0: none; default: "
         "the network's own)")
     add("--workers", type=int, help="worker processes, one thread each")

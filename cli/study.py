@@ -56,6 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
+    from dirichlet_fl.config_groups import CLASS_WEIGHTINGS
     from sims.study.plan import Study
     from sims.study.tuning import ADAM_GRID, DEFAULT_GRID, grid_text
 
@@ -98,6 +99,11 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help=f"the Dirichlet NLL's per-example weighting (default {d.dirichlet_weighting}; paper: Algorithm 1)")
     add("--dirichlet-weight-cap", type=float, default=d.dirichlet_weight_cap,
         help=f"cap of the normalized weighting (default {d.dirichlet_weight_cap:g})")
+    add("--class-weighting", default=d.class_weighting, choices=list(CLASS_WEIGHTINGS),
+        help=f"how each client's loss weighs its classes (the app's class-weighting; default {d.class_weighting}; "
+             "balanced: n / (K n_k) from its own public labels, no eps changes)")
+    add("--class-weight-cap", type=float, default=d.class_weight_cap,
+        help=f"cap of a balanced class weight (the app's class-weight-cap; default {d.class_weight_cap:g})")
     add("--warmup-rounds", type=int, default=None,
         help=f"linear learning-rate warm-up over this many rounds (the app's learning-rate-warmup-rounds; "
              f"default: the network's own, {d.warmup_rounds} for every network; 0: none)")

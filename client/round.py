@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from client.class_balance import class_weights
 from client.durable.lifetime_ledger import LifetimeLedger
 from client.rate_and_randomness import client_generator, client_learning_rate
 from client.training import PoissonBatches, private_trainer
@@ -346,7 +347,8 @@ def _trained(
             config, client.partition_id, server_round, shard.train_x.device, node.secret, plan.nonce
         )
         privacy_rng = SecureRandom() if config.randomness.secure_rng or node.secure_rng else None
-        batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng)
+        per_class = class_weights(config.local, shard.train_y, setup.data.num_classes)
+        batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng, per_class)
         return model, learning_rate, trainer.train(batches, plan.steps, on_step=progress)
     except LifetimeBudgetSpent as error:
         raise Refusal(BUDGET_EXHAUSTED, error_reason(f"{label}: {error}", plan.summary)) from None

@@ -39,15 +39,17 @@ Augment = Callable[[Tensor, torch.Generator], Tensor]
 @dataclass(frozen=True)
 class PoissonBatches:
     """Where a client's minibatches come from: its examples on the device, the generator of the round,
-    the augmentation of each drawn batch (from the generator) and, under secure-rng, the CSPRNG that the
-    Poisson masks and the mechanism's draws come from instead of the generator. The sampling rate is the
-    mechanism's own q, so no step runs at a rate it did not account."""
+    the augmentation of each drawn batch (from the generator), under secure-rng the CSPRNG that the
+    Poisson masks and the mechanism's draws come from instead of the generator, and the weight of each
+    class in the loss (client/class_balance.py; None: 1). The sampling rate is the mechanism's own q, so no
+    step runs at a rate it did not account."""
 
     inputs: Tensor
     labels: Tensor
     generator: torch.Generator
     augment: Augment | None = None
     privacy_rng: SecureRandom | None = None
+    class_weights: Tensor | None = None
 
     @property
     def draws(self) -> torch.Generator | SecureRandom:
@@ -80,7 +82,9 @@ def train_locally(
         batch = inputs[index]
         if batches.augment is not None and index.numel() > 0:
             batch = batches.augment(batch, generator)
-        loss = mechanism.train_step(model, optimizer, batch, labels[index], draws)
+        batch_labels = labels[index]
+        weights = None if batches.class_weights is None else batches.class_weights[batch_labels]
+        loss = mechanism.train_step(model, optimizer, batch, batch_labels, draws, weights)
         if loss is not None:
             loss_sum += loss
             updates += 1

@@ -27,6 +27,9 @@ LEARNING_RATE_MODES = ("effective", "adaptive", "raw")
 DIRICHLET_WEIGHTINGS = LOSS_WEIGHTINGS
 """dirichlet-weighting's values: normalized, each example's NLL times kappa(reference-confidence)/kappa(s_y),
 capped (privacy/dirichlet.py); paper: Algorithm 1 as published."""
+CLASS_WEIGHTINGS = ("none", "balanced")
+"""class-weighting's values: none, every example weighs 1; balanced, each example of class k weighs n / (K n_k)
+over the K classes its client holds, capped at class-weight-cap (client/class_balance.py)."""
 AUGMENT_CHOICES = ("auto", "on", "off")
 SECURE_AGGREGATION = ("none", "secaggplus")
 """none: the server sees every update; secaggplus: Flower's SecAgg+, the server sees only the sum."""
@@ -333,16 +336,20 @@ class PrivacyConfig:
 @dataclass(frozen=True)
 class LocalTrainingConfig:
     """What each client does in a round: its expected batch size (Poisson sampling, q = batch-size / n) and
-    how many steps it takes (local-steps, or local-epochs / q)."""
+    how many steps it takes (local-steps, or local-epochs / q), and how its loss weighs each class."""
 
     batch_size: int = setting("batch-size", 8)
     epochs: float = setting("local-epochs", 3.0)
     steps: int = setting("local-steps", 0)
+    class_weighting: str = setting("class-weighting", "none")
+    class_weight_cap: float = setting("class-weight-cap", 10.0)
 
     def validate(self) -> None:
         check_integer("batch-size", self.batch_size, 1)
         check_positive("local-epochs", self.epochs)
         check_integer("local-steps", self.steps, 0)
+        check_choice("class-weighting", self.class_weighting, CLASS_WEIGHTINGS)
+        check_in_interval("class-weight-cap", self.class_weight_cap, 1.0, 1e6)
         if self.steps > MAX_LOCAL_STEPS:
             raise ValueError(f"local-steps={self.steps} is out of range: at most {MAX_LOCAL_STEPS:,} steps a "
                              "round (0: local-epochs / q); lower it, or set local-epochs instead")

@@ -146,11 +146,14 @@ class DPSGDMechanism(Mechanism):
         )
         return module, dp_optimizer
 
-    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None) -> Tensor:
-        """Mean cross-entropy (DP-SGD privatises the gradient, not the loss)."""
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None,
+             weights: Tensor | None = None) -> Tensor:
+        """Mean cross-entropy, each example's times its weight (DP-SGD privatises the gradient, not the loss)."""
         from torch.nn.functional import cross_entropy
 
-        return cross_entropy(logits, labels)
+        if weights is None:
+            return cross_entropy(logits, labels)
+        return (cross_entropy(logits, labels, reduction="none") * weights).mean()
 
     def train_step(
         self,
@@ -159,10 +162,12 @@ class DPSGDMechanism(Mechanism):
         inputs: Tensor,
         labels: Tensor,
         generator: torch.Generator | SecureRandom | None,
+        weights: Tensor | None = None,
     ) -> Tensor | None:
         """One DP-SGD step; the noise is drawn from `generator` (a SecureRandom: the OS's CSPRNG). An empty
-        batch steps on noise alone and
-        returns None (no loss); otherwise returns the batch's mean cross-entropy (detached)."""
+        batch steps on noise alone and returns None (no loss); otherwise returns the batch's mean cross-entropy,
+        each example's times its weight (detached). A weight scales an example's gradient before it is
+        clipped, so the clipping bound, and the eps, do not change."""
         from opacus.optimizers import DPOptimizer
 
         if not isinstance(optimizer, DPOptimizer):
@@ -176,7 +181,8 @@ class DPSGDMechanism(Mechanism):
             return None
         from torch.nn.functional import cross_entropy
 
-        loss = cross_entropy(model(inputs), labels, reduction="sum")
+        per_example = cross_entropy(model(inputs), labels, reduction="none")
+        loss = (per_example if weights is None else per_example * weights).sum()
         with warnings.catch_warnings():  # Opacus's hooks on a first layer whose input needs no gradient: benign
             warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
             loss.backward()

@@ -120,8 +120,10 @@ class Mechanism(ABC):
         return effective_rate
 
     @abstractmethod
-    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None) -> Tensor:
-        """Mean loss of one minibatch."""
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None,
+             weights: Tensor | None = None) -> Tensor:
+        """Mean loss of one minibatch, each example's times its weight in `weights` (None: 1), for the
+        class-weighting of a client's labels (client/class_balance.py); the weights touch no released value."""
 
     def train_step(
         self,
@@ -130,12 +132,14 @@ class Mechanism(ABC):
         inputs: Tensor,
         labels: Tensor,
         generator: torch.Generator | SecureRandom | None,
+        weights: Tensor | None = None,
     ) -> Tensor | None:
-        """One step of Algorithm 1 (lines 3-8); an empty batch makes no update. Returns the loss (on device)."""
+        """One step of Algorithm 1 (lines 3-8) on the examples' losses times `weights` (None: 1); an empty
+        batch makes no update. Returns the loss (on device)."""
         if labels.numel() == 0:
             return None
         optimizer.zero_grad(set_to_none=True)
-        loss = self.loss(model(inputs), labels, generator)
+        loss = self.loss(model(inputs), labels, generator, weights)
         loss.backward()
         optimizer.step()
         return loss.detach()
@@ -220,10 +224,13 @@ class NoPrivacy(Mechanism):
     def parameters(self) -> dict[str, float]:
         return {}
 
-    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None) -> Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None,
+             weights: Tensor | None = None) -> Tensor:
         from torch.nn.functional import cross_entropy
 
-        return cross_entropy(logits, labels)
+        if weights is None:
+            return cross_entropy(logits, labels)
+        return (cross_entropy(logits, labels, reduction="none") * weights).mean()
 
     def epsilon(self, delta: float) -> float:
         return math.inf
@@ -297,14 +304,18 @@ class DirichletMechanism(Mechanism):
             s_y = self.loss_weighting.reference_confidence
         return private_learning_rate(effective_rate, self.event.r, self.event.alpha, s_y)
 
-    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None) -> Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None,
+             weights: Tensor | None = None) -> Tensor:
         from privacy.dirichlet import ConfidenceNormalization, dirichlet_nll_loss
 
         weighting = self.loss_weighting
         normalization = None if weighting is None else ConfidenceNormalization(weighting.reference_confidence,
                                                                                weighting.cap)
-        return dirichlet_nll_loss(logits, labels, self.event.r, self.event.alpha, generator,
-                                  normalization=normalization)
+        if weights is None:
+            return dirichlet_nll_loss(logits, labels, self.event.r, self.event.alpha, generator,
+                                      normalization=normalization)
+        return (dirichlet_nll_loss(logits, labels, self.event.r, self.event.alpha, generator, reduction="none",
+                                   normalization=normalization) * weights).mean()
 
     def epsilon(self, delta: float) -> float:
         return self.accountant.get_epsilon(delta)

@@ -127,4 +127,5 @@ def study_of(args: argparse.Namespace) -> Study:
                  rate_extension_steps=args.rate_extension_steps,
                  learning_rate_mode=args.learning_rate_mode, validation=args.validation, norm=args.norm,
                  dirichlet_weighting=args.dirichlet_weighting, dirichlet_weight_cap=args.dirichlet_weight_cap,
+                 class_weighting=args.class_weighting, class_weight_cap=args.class_weight_cap,
                  warmup_rounds=args.warmup_rounds, device=args.device)

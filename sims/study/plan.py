@@ -102,6 +102,10 @@ class Study:
     dirichlet_weight_cap: float = 20.0
     """normalized, cap 20: at batch 32 it kept every class alive where the paper's loss collapsed
     (BENCHMARKS.md, section 11)."""
+    class_weighting: str = "none"
+    class_weight_cap: float = 10.0
+    """The app's class-weighting and class-weight-cap (client/class_balance.py): balanced weighs each
+    client's classes by n / (K n_k), capped; a study.json from before they existed ran none."""
     warmup_rounds: int = DEFAULT_WARMUP_ROUNDS
     """The app's learning-rate-warmup-rounds: the rate rises linearly over this many rounds (0: none)."""
     device: str = "cpu"
@@ -209,7 +213,8 @@ def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = 
             delta=PAPER_DELTA, alpha=study.alpha, max_grad_norm=study.max_grad_norm,
             dirichlet_weighting=study.dirichlet_weighting, dirichlet_weight_cap=study.dirichlet_weight_cap,
         ),
-        local=LocalTrainingConfig(batch_size=study.batch_size, epochs=study.local_epochs),
+        local=LocalTrainingConfig(batch_size=study.batch_size, epochs=study.local_epochs,
+                                  class_weighting=study.class_weighting, class_weight_cap=study.class_weight_cap),
         output=OutputConfig(results_dir=""), data=data,
         lr=LearningRateConfig(optimizer=cell.optimizer, rate=rate, mode=study.learning_rate_mode,
                               warmup_rounds=study.warmup_rounds),
