@@ -198,10 +198,11 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
     from sims.study.plan import Study
     from sims.study.runner import csv_text, describe
 
-    def folder(name: str, rounds: int, dead: dict[tuple[str, int], int], batch_size: int = 32) -> None:
+    def folder(name: str, rounds: int, dead: dict[tuple[str, int], int], batch_size: int = 32,
+               class_weighting: str = "none") -> None:
         (tmp_path / name).mkdir()
         study = Study(dataset="npz", data_path="d.npz", partitions=("0.3",), rounds=rounds, validation=True,
-                      batch_size=batch_size)
+                      batch_size=batch_size, class_weighting=class_weighting)
         (tmp_path / name / "study.json").write_text(describe(study))
         row = {"beta": "0.3", "epsilon": "1.0", "status": "ok", "accuracy": "0.9", "learning_rate": 0.1}
         rows = [{**row, "mechanism": m, "seed": seed, "dead_classes": n, "balanced_accuracy": 0.9 - n / 10}
@@ -212,12 +213,15 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
     folder("longer--x", 40, {("dirichlet", 0): 1, ("dirichlet", 1): 0})
     folder("longer-none--x", 40, {("none", 0): 1, ("none", 1): 0})
     folder("smaller--x", 20, {("none", 0): 0, ("none", 1): 0, ("dirichlet", 0): 0, ("dirichlet", 1): 1}, 10)
+    folder("weighted--x", 20, {("none", 0): 1, ("none", 1): 1, ("dirichlet", 0): 0, ("dirichlet", 1): 1}, 10,
+           "balanced")
     assert render_robustness.rendered_label_skew_choice(tmp_path).splitlines()[2:] == [
         "| defaults | d.npz | 20 | 32 | 0.1 | 2 of 2 | 1 of 2 | 1 | 70.0 |",  # seed 0: lost where none kept all
         "| longer | d.npz | 40 | 32 | 0.1 | 1 of 2 | 1 of 2 | 0 | 80.0 |",  # paired with the 40-round none run
-        "| smaller | d.npz | 20 | 10 | 0.1 | 1 of 2 | 0 of 2 | 1 | 80.0 |"]  # and with its own batch's none run
+        "| smaller | d.npz | 20 | 10 | 0.1 | 1 of 2 | 0 of 2 | 1 | 80.0 |",  # and with its own batch's none run
+        "| weighted | d.npz | 20 | 10 | 0.1 | 1 of 2 | 2 of 2 | 0 | 80.0 |"]  # and its own class weighting's
     (tmp_path / "longer-none--x" / "table.csv").unlink()
-    with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds and batch 32"):
+    with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds, batch 32 and class-weighting none"):
         render_robustness.rendered_label_skew_choice(tmp_path)
 
 
@@ -651,9 +655,16 @@ def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -
         plain = {"rounds-40": plain40, "batch-10": plain10, "batch-10-warmup-6": plain10}.get(candidate, plain20)
         return {d: _lost(_table(folders / f"{candidate}--{d}"), "dirichlet") - plain[d] for d in draws}
 
+    plain_balanced = {d: _lost(_table(folders / f"batch-10-balanced--{d}"), "none") for d in draws}
     candidates = ("defaults", "cap-50", "rounds-40", "warmup-6", "batch-10")
     assert {c: sum(len(f) for f in failures(c).values()) for c in candidates} \
         == {"defaults": 1, "cap-50": 1, "rounds-40": 2, "warmup-6": 0, "batch-10": 2}
+    balanced = {d: _lost(_table(folders / f"batch-10-balanced--{d}"), "dirichlet") - plain_balanced[d] for d in draws}
+    assert {d: len(f) for d, f in balanced.items()} == {"stand-in": 0, "draw-seed23": 1, "draw-seed31": 3}
+    assert len(plain_balanced["stand-in"]) == 3
+    collapsed = {d: sum(r["collapsed"] == "1" for r in _table(folders / f"batch-10-balanced--{d}")
+                        if r["mechanism"] == "dirichlet") for d in draws}
+    assert collapsed == {"stand-in": 0, "draw-seed23": 2, "draw-seed31": 3}
     assert sum(len(lost) for lost in plain10.values()) == 4
     assert failures("batch-10") == failures("batch-10-warmup-6") == {"stand-in": {"1"}, "draw-seed23": {"3"},
                                                                       "draw-seed31": set()}
@@ -672,7 +683,10 @@ def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -
         assert (study["warmup_rounds"], study["dirichlet_weight_cap"], study["rounds"], study["batch_size"]) == {
             "defaults": (3, 20.0, 20, 32), "cap-50": (3, 50.0, 20, 32), "warmup-6": (6, 20.0, 20, 32),
             "rounds-40": (3, 20.0, 40, 32), "rounds-40-none": (3, 20.0, 40, 32),
-            "batch-10": (3, 20.0, 20, 10), "batch-10-warmup-6": (6, 20.0, 20, 10)}[folder.name.split("--")[0]]
+            "batch-10": (3, 20.0, 20, 10), "batch-10-warmup-6": (6, 20.0, 20, 10),
+            "batch-10-balanced": (3, 20.0, 20, 10)}[folder.name.split("--")[0]]
+        assert study.get("class_weighting", "none") == (
+            "balanced" if folder.name.startswith("batch-10-balanced--") else "none")
     stand_in = [r for f in folders.glob("*--stand-in") for r in _table(f)]
     assert all(abs(210 * float(r["accuracy"]) - round(210 * float(r["accuracy"]))) < 1e-6 for r in stand_in)
     text = (Path(__file__).resolve().parent.parent / "BENCHMARKS.md").read_text()
@@ -680,7 +694,10 @@ def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -
                    "At 40 rounds it lost one on 4 of 15", "failed the check on 2 seeds",
                    "(the shared stand-in,\n  seed 3)", "lost a class on 4 of 15 seeds instead of 10",
                    "non-private run kept on 2 of the 11 (the shared stand-in's seed 1, the seed-23 draw's seed 3)",
-                   "`batch-10-warmup-6`) failed on the same two seeds"):
+                   "`batch-10-warmup-6`) failed on the same two seeds",
+                   "seed-31 draw's Dirichlet run at 0.1 on 3 of 5 seeds, the seed-23\n  draw's at 0.05 on 2",
+                   "lost a class on 3 of 5 seeds. The check failed on 4 seeds (3 on the seed-31 draw, 1 on the\n  "
+                   "seed-23 draw)"):
         assert stated in text, stated
 
 

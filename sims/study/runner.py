@@ -95,10 +95,13 @@ def read_table(path: Path) -> list[dict[str, object]]:
 
 def resumable(out_dir: Path, study: Study) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """The finished cells and tuning runs of an earlier run of the same study in out_dir; ValueError if
-    it was another study."""
+    it was another study. More seeds than the earlier run's are the same study, extended: every rate is
+    tuned on seed 0, so the earlier seeds' cells stand and the new seeds' cells run at the same rates."""
     if not (out_dir / STUDY_FILE).is_file():
         raise ValueError(f"--resume: {out_dir} holds no {STUDY_FILE}; run without --resume first")
     earlier, now = read_study_file(out_dir / STUDY_FILE), json.loads(describe(study))
+    if set(earlier.get("seeds", [])) <= set(now["seeds"]):
+        earlier["seeds"] = now["seeds"]
     changed = sorted(FLAGS.get(k, f"--{k.replace('_', '-')}") for k in set(earlier) | set(now)
                      if earlier.get(k) != now.get(k))
     if changed:

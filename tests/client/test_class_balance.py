@@ -64,10 +64,10 @@ def test_every_loss_is_the_mean_of_the_weighted_example_losses(mechanism: Mechan
                               None if w is None else w[rows])
 
     assert torch.allclose(loss(torch.ones(6)), loss(None))
-    if mechanism.name == "dirichlet":  # one draw per row: the rows' own losses come from the same draws
+    if isinstance(mechanism, DirichletMechanism):  # one draw per row: the rows' own losses come from the same draws
         from privacy.dirichlet import ConfidenceNormalization, dirichlet_nll_loss
 
-        weighting = getattr(mechanism, "loss_weighting")
+        weighting = mechanism.loss_weighting
         normalization = None if weighting is None else ConfidenceNormalization(weighting.reference_confidence,
                                                                                weighting.cap)
         rows = dirichlet_nll_loss(logits, labels, 0.5, 3.0, torch.Generator().manual_seed(3), reduction="none",

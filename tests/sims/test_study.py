@@ -142,6 +142,20 @@ def test_resume_refuses_a_folder_made_with_other_axes(tmp_path: Path, capsys: py
     assert "--resume" in error and "(--betas differ)" in error and error.count("\n") == 1
 
 
+def test_resume_with_more_seeds_keeps_the_earlier_cells_and_runs_only_the_new_seeds(tmp_path: Path) -> None:
+    data = write_dermamnist(tmp_path / "d.npz")
+    out = tmp_path / "o"
+    base = ["study", "--data-path", str(data), "--betas", "iid", *TINY, "--mechanisms", "none", "--out", str(out)]
+    assert main(base) == 0
+    first = read_table(out / "table.csv")
+    assert main([*base, "--seeds", "2", "--resume"]) == 0
+    extended = read_table(out / "table.csv")
+    assert sorted(int(row["seed"]) for row in extended) == [0, 1]
+    assert [row for row in extended if int(row["seed"]) == 0] == first  # seconds and all: not run again
+    assert json.loads((out / "study.json").read_text())["seeds"] == [0, 1]
+    assert main([*base, "--resume"]) == 2  # fewer seeds than the folder's is another study
+
+
 def test_a_client_scores_the_recall_of_its_own_label_mix() -> None:
     labels = np.array([0, 0, 0, 1, 1, 2])
     parts = [np.array([0, 1, 2]), np.array([3, 4, 5]), np.array([0, 3])]
