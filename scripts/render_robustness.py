@@ -196,26 +196,27 @@ def _check_table(first: str, folders: Path, label: Callable[[Path, dict], str]) 
 LABEL_SKEW_CHOICE = FOLDERS / "label-skew-validation"
 """Issue 31's candidates for the second check, judged on the validation split (never the test split): one study
 folder per candidate and data file, named `<candidate>--<data>`; the non-private reference of a data file is the
-folder of that data file whose rows are non-private and whose rounds, batch size and class weighting match (a
-study.json without `class_weighting` ran none)."""
+folder of that data file whose rows are non-private and whose rounds, batch size, local epochs and class weighting
+match (a study.json without `class_weighting` ran none)."""
 
 
 def rendered_label_skew_choice(folders: Path = LABEL_SKEW_CHOICE) -> str:
     """Per candidate and data file, on the validation split: the seeds on which the Dirichlet run and the
-    non-private run of the same data file, rounds, batch size and class weighting lost a class, the check's
-    failures (fails_check) and the worst seed's balanced accuracy. ValueError when a data file has no non-private
-    folder at a candidate's rounds, batch size and class weighting."""
+    non-private run of the same data file, rounds, batch size, local epochs and class weighting lost a class, the
+    check's failures (fails_check) and the worst seed's balanced accuracy. ValueError when a data file has no
+    non-private folder at a candidate's rounds, batch size, local epochs and class weighting."""
     studies = {f.name: (json.loads((f / "study.json").read_text()), _rows(f, "table.csv"))
                for f in sorted(folders.iterdir()) if _layout(f) == STUDY}
 
-    def pairing(name: str, config: dict) -> tuple[str, int, int, str]:
-        return name.split("--")[1], config["rounds"], config["batch_size"], config.get("class_weighting", "none")
+    def pairing(name: str, config: dict) -> tuple[str, int, int, float, str]:
+        return (name.split("--")[1], config["rounds"], config["batch_size"], config["local_epochs"],
+                config.get("class_weighting", "none"))
 
     plain_of = {pairing(name, config): plain for name, (config, rows) in studies.items()
                 if (plain := {r["seed"]: r for r in rows if not mechanism_class(r["mechanism"]).private})}
-    lines = ["| candidate | data | rounds | batch | Dirichlet rate (tuned) | Dirichlet lost a class | "
+    lines = ["| candidate | data | rounds | batch | local epochs | Dirichlet rate (tuned) | Dirichlet lost a class | "
              "non-private lost a class | check failures | Dirichlet worst balanced acc. |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, (config, rows) in studies.items():
         private = [r for r in rows if mechanism_class(r["mechanism"]).private]
         if not private:
@@ -224,10 +225,12 @@ def rendered_label_skew_choice(folders: Path = LABEL_SKEW_CHOICE) -> str:
         plain = plain_of.get(pairing(name, config))
         if plain is None:
             raise ValueError(f"{folders}: no non-private folder of {data} at {config['rounds']} rounds, batch "
-                             f"{config['batch_size']} and class-weighting {pairing(name, config)[3]}")
+                             f"{config['batch_size']}, {config['local_epochs']:g} local epochs and class-weighting "
+                             f"{pairing(name, config)[4]}")
         lost_plain = sum(r["dead_classes"] != "0" for r in plain.values())
         worst = min(100 * float(r["balanced_accuracy"]) for r in private)
         lines.append(f"| {candidate} | {_data(config)} | {config['rounds']} | {config['batch_size']} | "
+                     f"{config['local_epochs']:g} | "
                      f"{study_rate(private).replace(' (tuned)', '')} | "
                      f"{sum(r['dead_classes'] != '0' for r in private)} of {len(private)} | "
                      f"{lost_plain} of {len(plain)} | {sum(fails_check(r, plain[r['seed']]) for r in private)} | "

@@ -199,10 +199,10 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
     from sims.study.runner import csv_text, describe
 
     def folder(name: str, rounds: int, dead: dict[tuple[str, int], int], batch_size: int = 32,
-               class_weighting: str = "none") -> None:
+               class_weighting: str = "none", local_epochs: float = 1.0) -> None:
         (tmp_path / name).mkdir()
         study = Study(dataset="npz", data_path="d.npz", partitions=("0.3",), rounds=rounds, validation=True,
-                      batch_size=batch_size, class_weighting=class_weighting)
+                      batch_size=batch_size, class_weighting=class_weighting, local_epochs=local_epochs)
         (tmp_path / name / "study.json").write_text(describe(study))
         row = {"beta": "0.3", "epsilon": "1.0", "status": "ok", "accuracy": "0.9", "learning_rate": 0.1}
         rows = [{**row, "mechanism": m, "seed": seed, "dead_classes": n, "balanced_accuracy": 0.9 - n / 10}
@@ -215,13 +215,17 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
     folder("smaller--x", 20, {("none", 0): 0, ("none", 1): 0, ("dirichlet", 0): 0, ("dirichlet", 1): 1}, 10)
     folder("weighted--x", 20, {("none", 0): 1, ("none", 1): 1, ("dirichlet", 0): 0, ("dirichlet", 1): 1}, 10,
            "balanced")
+    folder("epochs--x", 20, {("none", 0): 1, ("none", 1): 0, ("dirichlet", 0): 1, ("dirichlet", 1): 1}, 10,
+           local_epochs=3.0)
     assert render_robustness.rendered_label_skew_choice(tmp_path).splitlines()[2:] == [
-        "| defaults | d.npz | 20 | 32 | 0.1 | 2 of 2 | 1 of 2 | 1 | 70.0 |",  # seed 0: lost where none kept all
-        "| longer | d.npz | 40 | 32 | 0.1 | 1 of 2 | 1 of 2 | 0 | 80.0 |",  # paired with the 40-round none run
-        "| smaller | d.npz | 20 | 10 | 0.1 | 1 of 2 | 0 of 2 | 1 | 80.0 |",  # and with its own batch's none run
-        "| weighted | d.npz | 20 | 10 | 0.1 | 1 of 2 | 2 of 2 | 0 | 80.0 |"]  # and its own class weighting's
+        "| defaults | d.npz | 20 | 32 | 1 | 0.1 | 2 of 2 | 1 of 2 | 1 | 70.0 |",  # seed 0: lost where none kept all
+        "| epochs | d.npz | 20 | 10 | 3 | 0.1 | 2 of 2 | 1 of 2 | 1 | 80.0 |",  # with its own epochs' none run
+        "| longer | d.npz | 40 | 32 | 1 | 0.1 | 1 of 2 | 1 of 2 | 0 | 80.0 |",  # paired with the 40-round none run
+        "| smaller | d.npz | 20 | 10 | 1 | 0.1 | 1 of 2 | 0 of 2 | 1 | 80.0 |",  # and with its own batch's none run
+        "| weighted | d.npz | 20 | 10 | 1 | 0.1 | 1 of 2 | 2 of 2 | 0 | 80.0 |"]  # and its own class weighting's
     (tmp_path / "longer-none--x" / "table.csv").unlink()
-    with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds, batch 32 and class-weighting none"):
+    with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds, batch 32, 1 local epochs and "
+                                         "class-weighting none"):
         render_robustness.rendered_label_skew_choice(tmp_path)
 
 
@@ -665,6 +669,10 @@ def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -
     collapsed = {d: sum(r["collapsed"] == "1" for r in _table(folders / f"batch-10-balanced--{d}")
                         if r["mechanism"] == "dirichlet") for d in draws}
     assert collapsed == {"stand-in": 0, "draw-seed23": 2, "draw-seed31": 3}
+    epochs3 = _table(folders / "batch-10-epochs-3--stand-in")
+    assert (_lost(epochs3, "none"), _lost(epochs3, "dirichlet")) == (set(), {"1", "2"})
+    assert round(100 * min(float(r["balanced_accuracy"]) for r in epochs3 if r["mechanism"] == "dirichlet"), 1) \
+        == 78.4
     assert sum(len(lost) for lost in plain10.values()) == 4
     assert failures("batch-10") == failures("batch-10-warmup-6") == {"stand-in": {"1"}, "draw-seed23": {"3"},
                                                                       "draw-seed31": set()}
@@ -684,7 +692,8 @@ def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -
             "defaults": (3, 20.0, 20, 32), "cap-50": (3, 50.0, 20, 32), "warmup-6": (6, 20.0, 20, 32),
             "rounds-40": (3, 20.0, 40, 32), "rounds-40-none": (3, 20.0, 40, 32),
             "batch-10": (3, 20.0, 20, 10), "batch-10-warmup-6": (6, 20.0, 20, 10),
-            "batch-10-balanced": (3, 20.0, 20, 10)}[folder.name.split("--")[0]]
+            "batch-10-balanced": (3, 20.0, 20, 10), "batch-10-epochs-3": (3, 20.0, 20, 10)}[folder.name.split("--")[0]]
+        assert study["local_epochs"] == (3.0 if folder.name.startswith("batch-10-epochs-3--") else 1.0)
         assert study.get("class_weighting", "none") == (
             "balanced" if folder.name.startswith("batch-10-balanced--") else "none")
     stand_in = [r for f in folders.glob("*--stand-in") for r in _table(f)]
@@ -697,7 +706,9 @@ def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -
                    "`batch-10-warmup-6`) failed on the same two seeds",
                    "seed-31 draw's Dirichlet run at 0.1 on 3 of 5 seeds, the seed-23\n  draw's at 0.05 on 2",
                    "lost a class on 3 of 5 seeds. The check failed on 4 seeds (3 on the seed-31 draw, 1 on the\n  "
-                   "seed-23 draw)"):
+                   "seed-23 draw)",
+                   "rose to 78.4 % (64.1 % at 1\n  epoch), but the Dirichlet run lost a class on 2 of them (seeds 1 "
+                   "and 2)"):
         assert stated in text, stated
 
 
