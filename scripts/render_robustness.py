@@ -164,8 +164,8 @@ def rendered_label_skew(folders: Path = LABEL_SKEW) -> str:
 
 
 SPLITS = FOLDERS / "splits"
-"""Networks over 10 clients (IID and beta 0.3), each seed against its non-private run: one study folder per network
-and setting."""
+"""Networks centrally and over 10 clients (IID and beta 0.3), each seed against its non-private run: one study folder
+per network and setting."""
 
 
 def rendered_splits(folders: Path = SPLITS) -> str:
