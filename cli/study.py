@@ -148,6 +148,10 @@ def strategy_flags(add: Callable[..., None]) -> None:
         help=f"server rates tried per strategy with one ({', '.join(SERVER_RATE_STRATEGIES)}; default "
              f"{server_grid_text(SERVER_GRID, SERVER_RATE_STRATEGIES)}): each is tuned with the client rate on the "
              "validation split, one run per (client rate, server rate) pair")
+    add("--server-rate-extension-steps", type=int, default=2,
+        help="when the server rate chosen is the only good one and at an end of its grid, try one more geometric "
+             "server step that way at the client rate chosen, up to this many each way (default 2; 0: never; "
+             "tuning.csv's `server_extension` column)")
     add("--proximal-mu", type=float, default=DEFAULT_PROXIMAL_MU,
         help=f"FedProx's mu, fixed (the app's proximal-mu; default {DEFAULT_PROXIMAL_MU:g})")
 

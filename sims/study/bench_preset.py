@@ -27,7 +27,7 @@ DEFAULTS: dict[str, object] = {
     "rounds": 20, "local_epochs": 1.0, "batch_size": 32, "learning_rate": None, "dirichlet_learning_rate": None,
     "dpsgd_learning_rate": None, "rate_grid": "", "adam_rate_grid": "", "optimizers": None,
     "strategies": "fedavg", "server_rate_grid": "", "proximal_mu": DEFAULT_PROXIMAL_MU,
-    "rate_extension_steps": 2,
+    "rate_extension_steps": 2, "server_rate_extension_steps": 2,
     "learning_rate_mode": "effective", "norm": "default",
     "dirichlet_weighting": "normalized", "dirichlet_weight_cap": 20.0, "warmup_rounds": None,
     "class_weighting": "none", "class_weight_cap": 10.0,

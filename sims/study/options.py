@@ -42,7 +42,9 @@ def _check_ranges(args: argparse.Namespace, partitions: tuple, epsilons: tuple, 
               ("--num-clients", args.num_clients >= 2, "give >= 2"),
               ("--warmup-rounds", args.warmup_rounds >= 0, "give >= 0 (0: no warm-up)"),
               ("--rate-extension-steps", 0 <= args.rate_extension_steps <= MAX_EXTENSION_STEPS,
-               f"give 0 to {MAX_EXTENSION_STEPS} (0: never extend the grid)")]
+               f"give 0 to {MAX_EXTENSION_STEPS} (0: never extend the grid)"),
+              ("--server-rate-extension-steps", 0 <= args.server_rate_extension_steps <= MAX_EXTENSION_STEPS,
+               f"give 0 to {MAX_EXTENSION_STEPS} (0: never extend the server grid)")]
     for flag, ok, fix in checks:
         if not ok:
             raise ValueError(f"{flag}={getattr(args, flag[2:].replace('-', '_'))!r} is out of range: {fix}")
@@ -125,6 +127,7 @@ def study_of(args: argparse.Namespace) -> Study:
                  rate_grid=grids["sgd"], optimizers=optimizers, adam_rate_grid=grids["adam"],
                  strategies=strategies, server_rate_grid=server_grid, proximal_mu=args.proximal_mu,
                  rate_extension_steps=args.rate_extension_steps,
+                 server_rate_extension_steps=args.server_rate_extension_steps,
                  learning_rate_mode=args.learning_rate_mode, validation=args.validation, norm=args.norm,
                  dirichlet_weighting=args.dirichlet_weighting, dirichlet_weight_cap=args.dirichlet_weight_cap,
                  class_weighting=args.class_weighting, class_weight_cap=args.class_weight_cap,

@@ -92,6 +92,10 @@ class Study:
     """When the rate chosen is the only good one and at an end of the rates tried, the tuner tries one more
     geometric step beyond that end, up to this many each way (sims/study/tuning.py); 0: never. A study.json
     from before it existed never extended."""
+    server_rate_extension_steps: int = 2
+    """As rate_extension_steps, for the server rate of a strategy with one: one more server step beyond an end of
+    --server-rate-grid at the client rate chosen (sims/study/tuning.py). A study.json from before it never
+    extended the server grid."""
     learning_rate_mode: str = "effective"
     max_grad_norm: float = 1.0
     alpha: float = 3.0

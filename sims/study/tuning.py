@@ -6,7 +6,9 @@ per rate of its optimizer's grid (SGD: --rate-grid, effective rates, e.g. `none=
 evaluation set (the split --validation uses); the test split is never read. Each optimizer and each
 strategy has its own choice. A strategy with a server learning rate (FedAvgM and the adaptive ones:
 plan.SERVER_RATE_STRATEGIES) trains once per pair of a client rate and a server rate of --server-rate-grid,
-so its client and server rates are tuned together. The rate chosen is, among the rates (pairs) whose
+so its client and server rates are tuned together; where the server rate chosen is the only good one and at an end
+of its grid, the tuner tries one more server step that way at the client rate chosen (extended_server_rates). The
+rate chosen is, among the rates (pairs) whose
 validation balanced accuracy is within one point (TOLERANCE) of the best, the smallest (the smallest
 client rate, then the smallest server rate): a rate at the edge of divergence may fit one start and not
 another. For the same reason a run that broke down (predicted fewer than half the classes) is not chosen, nor an
@@ -60,9 +62,11 @@ TOLERANCE = 0.01
 TUNING_SEED = 0
 TUNING_COLUMNS = ["beta", "mechanism", "epsilon", "seed", "learning_rate", "status", "balanced_accuracy", "accuracy",
                   "macro_auc", "min_class_recall", "dead_classes", "evaluated_on", "seconds", "cpu_seconds",
-                  "collapsed", "predicted_classes", "optimizer", "extension", "strategy", "server_learning_rate"]
+                  "collapsed", "predicted_classes", "optimizer", "extension", "strategy", "server_learning_rate",
+                  "server_extension"]
 """`extension`: 0 for a rate of the grid, -k / +k for the k-th step the tuner tried below / above it;
-`server_learning_rate`: the strategy's server rate, empty for a strategy without one (fedavg, fedprox)."""
+`server_learning_rate`: the strategy's server rate, empty for a strategy without one (fedavg, fedprox);
+`server_extension`: as `extension`, for the server rate (empty in rows from before it: 0)."""
 
 
 Group = tuple[str, str, float, str, str]
@@ -85,6 +89,8 @@ class TuningRun:
     """0: a rate of the grid; -k / +k: the k-th geometric step below / above it (extended_rates)."""
     strategy: str = "fedavg"
     server_rate: float = 0.0
+    server_extension: int = 0
+    """0: a server rate of --server-rate-grid; -k / +k: the k-th step below / above it (extended_server_rates)."""
 
     @property
     def key(self) -> TuningKey:
@@ -169,21 +175,31 @@ def client_rates(study: Study, cell: Cell) -> tuple[float, ...]:
 def tuning_runs(study: Study, rows: list[dict[str, object]] | tuple = ()) -> list[TuningRun]:
     """Every tuning run of the study, in the order of its cells (the headline eps first): per group and server
     rate, the client rates of its grid, then the extensions beyond an edge that its finished `rows` at that
-    server rate call for (extended_rates)."""
+    server rate call for (extended_rates); then the server rates beyond an edge of the server grid that the
+    group's finished rows call for (extended_server_rates)."""
     by_slice: dict[tuple[Group, float], dict[float, dict[str, object]]] = {}
+    by_group: dict[Group, list[dict[str, object]]] = {}
     for row in rows:
         key = tuning_key(row)
         by_slice.setdefault((key[:5], key[5]), {}).setdefault(key[6], row)
+        by_group.setdefault(key[:5], []).append(row)
     runs = []
     for cell in tuned_cells(study):
-        grid = client_rates(study, cell)
+        grid, group = client_rates(study, cell), (cell.partition, cell.mechanism, cell.epsilon, cell.optimizer,
+                                                  cell.strategy)
+        here = (cell.partition, cell.mechanism, cell.epsilon)
+        planned = []
         for server_rate in server_rates(study, cell.strategy):
-            done = by_slice.get(((cell.partition, cell.mechanism, cell.epsilon, cell.optimizer, cell.strategy),
-                                 server_rate), {})
-            here = (cell.partition, cell.mechanism, cell.epsilon)
-            runs += [TuningRun(*here, rate, cell.optimizer, 0, cell.strategy, server_rate) for rate in grid]
-            runs += [TuningRun(*here, rate, cell.optimizer, step, cell.strategy, server_rate) for step, rate in
-                     extended_rates(grid, done, study.rate_extension_steps)]
+            done = by_slice.get((group, server_rate), {})
+            planned += [TuningRun(*here, rate, cell.optimizer, 0, cell.strategy, server_rate) for rate in grid]
+            planned += [TuningRun(*here, rate, cell.optimizer, step, cell.strategy, server_rate) for step, rate in
+                        extended_rates(grid, done, study.rate_extension_steps)]
+        if cell.strategy in SERVER_RATE_STRATEGIES:
+            planned += [TuningRun(*here, rate, cell.optimizer, 0, cell.strategy, server_rate, step)
+                        for step, server_rate, rate in extended_server_rates(
+                            server_rates(study, cell.strategy), planned, by_group.get(group, []),
+                            study.server_rate_extension_steps)]
+        runs += planned
     return runs
 
 
@@ -222,6 +238,47 @@ def extended_rates(
     return extra
 
 
+def extended_server_rates(
+    grid: tuple[float, ...], planned: list[TuningRun], rows: list[dict[str, object]], steps: int
+) -> list[tuple[int, float, float]]:
+    """The server rates beyond `grid` the tuner tries, as (step, server rate, client rate), given one group's
+    `planned` runs on the grid and its finished `rows`: once every run planned and every step so far has finished,
+    while the only good server rate at the client rate chosen (good_pairs, choose_rates) is the lowest or the
+    highest tried there, one more geometric step of the grid's own end that way (as extended_rates), at that
+    client rate, at most `steps` each way. A grid of one server rate is not extended."""
+    if len(grid) < 2 or steps < 1:
+        return []
+    finished = {tuning_key(row)[5:]: row for row in rows}
+    if any((run.server_rate, run.rate) not in finished for run in planned):
+        return []
+    extra: list[tuple[int, float, float]] = []
+    below = above = 0
+    while True:
+        members = [finished[key] for key in {(run.server_rate, run.rate) for run in planned}]
+        members += [finished[(server, rate)] for _, server, rate in extra]
+        try:
+            rate = choose_rates(members)[0]
+        except ValueError:
+            break
+        at_rate = [row for row in members if float(str(row["learning_rate"])) == rate]
+        good = sorted({server for _, server in good_pairs(at_rate)})
+        tried = sorted({server_rate_of(row) for row in at_rate})
+        if len(good) != 1 or len(tried) < 2:
+            break
+        if good[0] == tried[0] and below < steps:
+            below += 1
+            step = (-below, next_step(tried[0], grid[0] / grid[1]), rate)
+        elif good[0] == tried[-1] and above < steps:
+            above += 1
+            step = (above, next_step(tried[-1], grid[-1] / grid[-2]), rate)
+        else:
+            break
+        extra.append(step)
+        if (step[1], rate) not in finished:
+            break
+    return extra
+
+
 def run_tuning(study: Study, run: TuningRun) -> dict[str, object]:
     """Train seed 0 of the run's cell at its rate; evaluate on the validation split; its tuning.csv row."""
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -231,7 +288,7 @@ def run_tuning(study: Study, run: TuningRun) -> dict[str, object]:
     row: dict[str, object] = {"beta": run.partition, "mechanism": run.mechanism, "epsilon": run.epsilon,
                               "seed": TUNING_SEED, "learning_rate": run.rate, "evaluated_on": "validation",
                               "optimizer": run.optimizer, "extension": run.extension, "strategy": run.strategy,
-                              "server_learning_rate": run.server_rate or ""}
+                              "server_learning_rate": run.server_rate or "", "server_extension": run.server_extension}
     metrics = final_metrics(result.rounds[-1]) if result.rounds else {}
     return {**row, "status": "ok" if metrics else "no-rounds", **metrics,
             "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
@@ -257,37 +314,43 @@ def tuning_key(row: dict[str, object]) -> TuningKey:
             server_rate_of(row), float(str(row["learning_rate"])))
 
 
-Scored = dict[tuple[float, float], tuple[float, int, bool]]
+Scored = dict[tuple[float, float], tuple[float, int, bool, bool]]
 """One group's finished tuning runs: (client rate, server rate) -> (validation balanced accuracy, number of
-classes predicted (0: not recorded), whether the rate lies beyond the grid (an extension step))."""
+classes predicted (0: not recorded), whether the client rate lies beyond its grid (an extension step), whether the
+server rate does)."""
 
 
 def scored_pairs(rows: list[dict[str, object]]) -> Scored:
     """The finished runs of `rows` (one group's tuning rows): rows that did not finish, or have no number, do not
-    count. A row from before the predicted_classes column records 0 classes, one from before the extension
-    column lies on the grid."""
+    count. A row from before the predicted_classes column records 0 classes, one from before an extension
+    column lies on that grid."""
     return {(float(str(r["learning_rate"])), server_rate_of(r)):
             (float(str(r["balanced_accuracy"])), int(float(str(r.get("predicted_classes") or 0))),
-             str(r.get("extension") or "0") != "0")
+             str(r.get("extension") or "0") != "0", str(r.get("server_extension") or "0") != "0")
             for r in rows if r["status"] == "ok" and str(r["balanced_accuracy"]) not in ("", "nan")}
 
 
 def diverged(scored: Scored, pair: tuple[float, float]) -> bool:
     """Whether the run at `pair` broke down: it predicted fewer than half the classes that the group's best
     predicting run did (a collapse to one class among them)."""
-    most = max(classes for _, classes, _ in scored.values())
+    most = max(classes for _, classes, _, _ in scored.values())
     return 0 < scored[pair][1] and 2 * scored[pair][1] < most
 
 
 def at_the_edge(scored: Scored) -> set[tuple[float, float]]:
     """The extension steps one step below a breakdown: the next larger client rate tried at the same server rate
-    diverged. An extension is taken on seed 0's word alone, beyond the grid's measured range; one this close to
+    diverged (a client-rate step), or the next larger server rate tried at the same client rate did (a server-rate
+    step). An extension is taken on seed 0's word alone, beyond the grid's measured range; one this close to
     breaking down may fit seed 0 and collapse on another start (docs/study.md, Tuning)."""
     edge = set()
     for server in {server for _, server in scored}:
         rates = sorted(rate for rate, s in scored if s == server)
         edge |= {(low, server) for low, high in zip(rates, rates[1:])
                  if scored[(low, server)][2] and diverged(scored, (high, server))}
+    for rate in {rate for rate, _ in scored}:
+        servers = sorted(s for r, s in scored if r == rate)
+        edge |= {(rate, low) for low, high in zip(servers, servers[1:])
+                 if scored[(rate, low)][3] and diverged(scored, (rate, high))}
     return edge
 
 
@@ -300,8 +363,8 @@ def good_pairs(rows: list[dict[str, object]]) -> list[tuple[float, float]]:
     if not scored:
         raise ValueError(f"no tuning run finished for {len(rows)} rate(s); see tuning.csv")
     unstable = at_the_edge(scored) | {pair for pair in scored if diverged(scored, pair)}
-    eligible = {pair: score for pair, (score, _, _) in scored.items() if pair not in unstable}
-    eligible = eligible or {pair: score for pair, (score, _, _) in scored.items()}
+    eligible = {pair: score for pair, (score, *_) in scored.items() if pair not in unstable}
+    eligible = eligible or {pair: score for pair, (score, *_) in scored.items()}
     best = max(eligible.values())
     return sorted(pair for pair, score in eligible.items() if score >= best - TOLERANCE - 1e-12)
 
@@ -359,7 +422,8 @@ def edge_warnings(study: Study, rows: list[dict[str, object]]) -> list[str]:
     rate may lie beyond, so the cells may run at a worse one (the robustness grid of BENCHMARKS.md section
     11.2 found GroupNorm networks tuned to the grid's lowest rate, and collapsing). A tie with an inner rate is
     no warning: the best lies inside. The client rate is judged among the runs at the server rate chosen, the
-    server rate among the runs at the client rate chosen (--server-rate-grid is never extended)."""
+    server rate among the runs at the client rate chosen, once --server-rate-grid has been extended as far as
+    --server-rate-extension-steps allows."""
     lines = []
     for group, members in tuning_groups(study, rows).items():
         rate, server_rate = choose_rates(members)
@@ -369,7 +433,7 @@ def edge_warnings(study: Study, rows: list[dict[str, object]]) -> list[str]:
         lines += [client_line] if client_line else []
         if strategy in SERVER_RATE_STRATEGIES:
             at_rate = [r for r in members if float(str(r["learning_rate"])) == rate]
-            server_line = _server_edge(group, server_rates(study, strategy), at_rate)
+            server_line = _server_edge(study, group, server_rates(study, strategy), at_rate)
             lines += [server_line] if server_line else []
     return lines
 
@@ -378,8 +442,8 @@ def _client_edge(study: Study, group: Group, grid: tuple[float, ...], members: l
     """edge_warnings' line for the client rate of `group` over its runs `members` at one server rate ('': none)."""
     mechanism, optimizer = group[1], group[3]
     good, flag = good_rates(members), GRID_FLAGS[optimizer]
-    tried = sorted({float(str(r["learning_rate"])) for r in members})
-    if len(grid) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
+    tried = sorted({float(str(r["learning_rate"])) for r in members})  # one: a server step, at one client rate
+    if len(grid) < 2 or len(tried) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
         return ""
     edge, side = ("lowest", "below") if good[0] == tried[0] else ("highest", "above")
     beyond = [r for r in tried if (r < grid[0] if side == "below" else r > grid[-1])]
@@ -392,15 +456,21 @@ def _client_edge(study: Study, group: Group, grid: tuple[float, ...], members: l
             f"within a point of the best; a better one may lie {side} it: widen {flag}")
 
 
-def _server_edge(group: Group, grid: tuple[float, ...], members: list[dict[str, object]]) -> str:
+def _server_edge(study: Study, group: Group, grid: tuple[float, ...], members: list[dict[str, object]]) -> str:
     """edge_warnings' line for the server rate of `group` over its runs `members` at one client rate ('': none)."""
     good = sorted({server for _, server in good_pairs(members)})
-    if len(grid) < 2 or len(good) != 1 or good[0] not in (grid[0], grid[-1]):
+    tried = sorted({server_rate_of(r) for r in members})
+    if len(grid) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
         return ""
-    edge, side = ("lowest", "below") if good[0] == grid[0] else ("highest", "above")
-    return (f"tuning {describe_group(group)}: the server rate chosen, {good[0]:g}, is the {edge} of "
-            f"{SERVER_GRID_FLAG} {group[4]}={'/'.join(f'{r:g}' for r in grid)} and the only one within a point of "
-            f"the best; a better one may lie {side} it: widen {SERVER_GRID_FLAG}")
+    edge, side = ("lowest", "below") if good[0] == tried[0] else ("highest", "above")
+    beyond = [r for r in tried if (r < grid[0] if side == "below" else r > grid[-1])]
+    grid_text_ = f"{SERVER_GRID_FLAG} {group[4]}={'/'.join(f'{r:g}' for r in grid)}"
+    where = (f"the {edge} of {grid_text_}" if not beyond else
+             f"the {edge} of the server rates tried ({grid_text_} and {len(beyond)} step{'s' * (len(beyond) > 1)} "
+             f"{side} it, {'/'.join(f'{r:g}' for r in beyond)}: the most --server-rate-extension-steps="
+             f"{study.server_rate_extension_steps} allows)")
+    return (f"tuning {describe_group(group)}: the server rate chosen, {good[0]:g}, is {where} and the only one "
+            f"within a point of the best; a better one may lie {side} it: widen {SERVER_GRID_FLAG}")
 
 
 def describe_choice(study: Study, rows: list[dict[str, object]]) -> list[dict[str, object]]:

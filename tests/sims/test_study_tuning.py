@@ -22,7 +22,7 @@ from sims.study.tuning import choose_rate, choose_rates
 from tests.sims.test_study import write_dermamnist
 
 TINY = ["--num-clients", "2", "--epsilons", "8", "--seeds", "2", "--rounds", "1", "--local-epochs", "0.5",
-        "--rate-extension-steps", "0"]
+        "--rate-extension-steps", "0", "--server-rate-extension-steps", "0"]
 """A tiny study; no grid extension unless a test asks for it (it would add runs where a grid's edge wins)."""
 
 
@@ -437,3 +437,101 @@ def test_a_server_rate_chosen_at_the_edge_of_its_grid_is_named_with_the_fix() ->
         "tuning beta=iid none eps=inf fedadam: the server rate chosen, 0.03, is the highest of --server-rate-grid "
         "fedadam=0.003/0.01/0.03 and the only one within a point of the best; a better one may lie above it: widen "
         "--server-rate-grid"]
+
+
+def server_rows(scores: dict[tuple[float, float], float], extension: dict[float, int] | None = None,
+                classes: dict[tuple[float, float], int] | None = None) -> list[dict[str, object]]:
+    """FedAdam tuning rows at (client rate, server rate) -> validation balanced accuracy."""
+    return [{"beta": "iid", "mechanism": "none", "epsilon": float("inf"), "learning_rate": rate, "status": "ok",
+             "strategy": "fedadam", "server_learning_rate": server, "balanced_accuracy": score,
+             "predicted_classes": (classes or {}).get((rate, server), 7),
+             "server_extension": (extension or {}).get(server, 0)}
+            for (rate, server), score in scores.items()]
+
+
+def test_the_server_grid_is_extended_at_the_client_rate_chosen_a_bounded_number_of_steps() -> None:
+    from sims.study.tuning import TuningRun, extended_server_rates
+
+    grid = (0.01, 0.03)
+    planned = [TuningRun("iid", "none", float("inf"), rate, "sgd", 0, "fedadam", server)
+               for rate in (0.05, 0.1) for server in grid]
+    rising = {(0.05, 0.01): 0.5, (0.05, 0.03): 0.8, (0.1, 0.01): 0.6, (0.1, 0.03): 0.7}
+    assert extended_server_rates(grid, planned, server_rows(dict(list(rising.items())[:3])), 2) == []  # pending
+    assert extended_server_rates(grid, planned, server_rows(rising), 2) == [(1, 0.09, 0.05)]  # x 3 above, at 0.05
+    more = {**rising, (0.05, 0.09): 0.85}
+    assert extended_server_rates(grid, planned, server_rows(more, {0.09: 1}), 2) == [(1, 0.09, 0.05),
+                                                                                    (2, 0.27, 0.05)]
+    most = {**more, (0.05, 0.27): 0.9}
+    assert extended_server_rates(grid, planned, server_rows(most, {0.09: 1, 0.27: 2}), 2) == [
+        (1, 0.09, 0.05), (2, 0.27, 0.05)]  # the bound: no third step
+    assert extended_server_rates(grid, planned, server_rows(most, {0.09: 1, 0.27: 2}), 0) == []
+    inside = {**rising, (0.05, 0.09): 0.6}
+    assert extended_server_rates(grid, planned, server_rows(inside, {0.09: 1}), 2) == [(1, 0.09, 0.05)]  # stop
+    falling = {(0.05, 0.01): 0.8, (0.05, 0.03): 0.5, (0.1, 0.01): 0.5, (0.1, 0.03): 0.4}
+    assert extended_server_rates(grid, planned, server_rows(falling), 2) == [(-1, 0.0033, 0.05)]  # x 1/3 below
+
+
+def test_a_server_step_one_below_a_breakdown_is_not_chosen() -> None:
+    """The server step 0.09 fits seed 0 best, but the step above it, 0.27, collapsed: 0.09 is at the edge of
+    divergence, so the grid's 0.03 is chosen."""
+    scores = {(0.05, 0.01): 0.5, (0.05, 0.03): 0.7, (0.05, 0.09): 0.9, (0.05, 0.27): 0.14}
+    rows = server_rows(scores, {0.09: 1, 0.27: 2}, {(0.05, 0.27): 1})
+    assert choose_rates(rows) == (0.05, 0.03)
+    grid_only = server_rows(scores, {}, {(0.05, 0.27): 1})  # had 0.09 been on the grid, it would be chosen
+    assert choose_rates(grid_only) == (0.05, 0.09)
+
+
+def test_the_tuner_extends_an_edge_server_rate_records_it_and_warns_only_at_the_bound(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation balanced accuracy rising with FedAdam's server rate: the tuner tries 2 server steps above its
+    grid at the client rate chosen, records them (`server_extension` 1, 2), runs the cells at the highest, warns
+    because the bound was hit, and --resume reruns nothing."""
+    data = write_dermamnist(tmp_path / "d.npz")
+    real = study_tuning.run_fedavg
+
+    def rising(config: RunConfig, clients: int) -> LoopResult:
+        result = real(config, clients)
+        last = result.rounds[-1]
+        score = config.strategy.server_learning_rate  # the larger the server rate, the better
+        result.rounds[-1] = type(last)(**{**last.__dict__, "central_balanced_accuracy": score})
+        return result
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", rising)
+    out = tmp_path / "o"
+    argv = ["study", "--data-path", str(data), "--betas", "iid", *TINY, "--seeds", "1", "--mechanisms", "none",
+            "--rate-grid", "none=0.05/0.1", "--strategies", "fedadam", "--server-rate-grid", "fedadam=0.01/0.03",
+            "--server-rate-extension-steps", "2", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    rows = tuning_rows(out)
+    assert sorted((float(r["learning_rate"]), float(r["server_learning_rate"]), int(r["server_extension"]))
+                  for r in rows) == [(0.05, 0.01, 0), (0.05, 0.03, 0), (0.05, 0.09, 1), (0.05, 0.27, 2),
+                                     (0.1, 0.01, 0), (0.1, 0.03, 0)]
+    report = json.loads(captured.out)
+    assert [(r["learning_rate"], r["server_learning_rate"], r["server_tried"]) for r in report["rates"]] == [
+        (0.05, 0.27, [0.01, 0.03, 0.09, 0.27])]
+    with open(out / "table.csv", newline="") as handle:
+        assert {r["server_learning_rate"] for r in csv.DictReader(handle)} == {"0.27"}
+    assert report["rate_warnings"] == [
+        "tuning beta=iid none eps=inf fedadam: the server rate chosen, 0.27, is the highest of the server rates "
+        "tried (--server-rate-grid fedadam=0.01/0.03 and 2 steps above it, 0.09/0.27: the most "
+        "--server-rate-extension-steps=2 allows) and the only one within a point of the best; a better one may lie "
+        "above it: widen --server-rate-grid"]
+
+    monkeypatch.setattr(study_tuning, "run_fedavg", refuse)
+    monkeypatch.setattr(study_cell, "run_fedavg", refuse)
+    assert main([*argv, "--resume"]) == 0
+
+
+def test_a_study_json_from_before_the_server_extension_never_extends_the_server_grid(tmp_path: Path) -> None:
+    from sims.study.plan import Study
+    from sims.study.runner import STUDY_FILE, describe, load_study, resumable
+
+    study = Study(strategies=("fedadam",), server_rate_grid="fedadam=0.01/0.03", server_rate_extension_steps=0)
+    legacy = json.loads(describe(study))
+    del legacy["server_rate_extension_steps"]
+    (tmp_path / STUDY_FILE).write_text(json.dumps(legacy))
+    assert load_study(tmp_path / STUDY_FILE).server_rate_extension_steps == 0
+    assert resumable(tmp_path, study) == ([], [])
+    with pytest.raises(ValueError, match="--server-rate-extension-steps differ"):
+        resumable(tmp_path, Study(strategies=("fedadam",), server_rate_grid="fedadam=0.01/0.03"))
