@@ -440,37 +440,34 @@ def edge_warnings(study: Study, rows: list[dict[str, object]]) -> list[str]:
 
 def _client_edge(study: Study, group: Group, grid: tuple[float, ...], members: list[dict[str, object]]) -> str:
     """edge_warnings' line for the client rate of `group` over its runs `members` at one server rate ('': none)."""
-    mechanism, optimizer = group[1], group[3]
-    good, flag = good_rates(members), GRID_FLAGS[optimizer]
+    flag = GRID_FLAGS[group[3]]
     tried = sorted({float(str(r["learning_rate"])) for r in members})  # one: a server step, at one client rate
-    if len(grid) < 2 or len(tried) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
-        return ""
-    edge, side = ("lowest", "below") if good[0] == tried[0] else ("highest", "above")
-    beyond = [r for r in tried if (r < grid[0] if side == "below" else r > grid[-1])]
-    grid_text_ = f"{flag} {mechanism}={'/'.join(f'{r:g}' for r in grid)}"
-    where = (f"the {edge} of {grid_text_}" if not beyond else
-             f"the {edge} of the rates tried ({grid_text_} and {len(beyond)} step{'s' * (len(beyond) > 1)} "
-             f"{side} it, {'/'.join(f'{r:g}' for r in beyond)}: the most --rate-extension-steps="
-             f"{study.rate_extension_steps} allows)")
-    return (f"tuning {describe_group(group)}: the rate chosen, {good[0]:g}, is {where} and the only one "
-            f"within a point of the best; a better one may lie {side} it: widen {flag}")
+    return _edge_line(group, "rate", good_rates(members), tried, grid, f"{flag} {group[1]}", flag,
+                      ("--rate-extension-steps", study.rate_extension_steps))
 
 
 def _server_edge(study: Study, group: Group, grid: tuple[float, ...], members: list[dict[str, object]]) -> str:
     """edge_warnings' line for the server rate of `group` over its runs `members` at one client rate ('': none)."""
     good = sorted({server for _, server in good_pairs(members)})
     tried = sorted({server_rate_of(r) for r in members})
-    if len(grid) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
+    return _edge_line(group, "server rate", good, tried, grid, f"{SERVER_GRID_FLAG} {group[4]}", SERVER_GRID_FLAG,
+                      ("--server-rate-extension-steps", study.server_rate_extension_steps))
+
+
+def _edge_line(group: Group, what: str, good: list[float], tried: list[float], grid: tuple[float, ...],
+               grid_name: str, flag: str, bound: tuple[str, int]) -> str:
+    """The warning for a `what` ("rate", "server rate") whose only good value is the lowest or highest of the two or
+    more `tried` (grid and extension steps; the most the `bound` flag allows); '' when there is none."""
+    if len(grid) < 2 or len(tried) < 2 or len(good) != 1 or good[0] not in (tried[0], tried[-1]):
         return ""
     edge, side = ("lowest", "below") if good[0] == tried[0] else ("highest", "above")
     beyond = [r for r in tried if (r < grid[0] if side == "below" else r > grid[-1])]
-    grid_text_ = f"{SERVER_GRID_FLAG} {group[4]}={'/'.join(f'{r:g}' for r in grid)}"
+    grid_text_ = f"{grid_name}={'/'.join(f'{r:g}' for r in grid)}"
     where = (f"the {edge} of {grid_text_}" if not beyond else
-             f"the {edge} of the server rates tried ({grid_text_} and {len(beyond)} step{'s' * (len(beyond) > 1)} "
-             f"{side} it, {'/'.join(f'{r:g}' for r in beyond)}: the most --server-rate-extension-steps="
-             f"{study.server_rate_extension_steps} allows)")
-    return (f"tuning {describe_group(group)}: the server rate chosen, {good[0]:g}, is {where} and the only one "
-            f"within a point of the best; a better one may lie {side} it: widen {SERVER_GRID_FLAG}")
+             f"the {edge} of the {what}s tried ({grid_text_} and {len(beyond)} step{'s' * (len(beyond) > 1)} "
+             f"{side} it, {'/'.join(f'{r:g}' for r in beyond)}: the most {bound[0]}={bound[1]} allows)")
+    return (f"tuning {describe_group(group)}: the {what} chosen, {good[0]:g}, is {where} and the only one "
+            f"within a point of the best; a better one may lie {side} it: widen {flag}")
 
 
 def describe_choice(study: Study, rows: list[dict[str, object]]) -> list[dict[str, object]]:
