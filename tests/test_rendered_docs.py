@@ -588,6 +588,36 @@ def test_the_lenet_adam_and_cnn_adam_prose_holds_on_their_folders() -> None:
         assert stated in prose, stated
 
 
+def test_the_resnet9_splits_prose_holds_on_the_committed_folder() -> None:
+    """BENCHMARKS 11.4's resnet9 bullets: every class kept under IID with its ranges, means and largest gap; at
+    beta 0.3 the underfit reference and the one failed check."""
+    import statistics
+
+    rows = _table(ROOT / "docs" / "robustness" / "splits" / "resnet9-splits")
+
+    def scores(beta: str, mechanism: str) -> dict[str, float]:
+        return {r["seed"]: round(100 * float(r["balanced_accuracy"]), 1) for r in rows
+                if (r["beta"], r["mechanism"]) == (beta, mechanism)}
+
+    private, plain = scores("iid", "dirichlet"), scores("iid", "none")
+    assert all(r["dead_classes"] == "0" for r in rows if r["beta"] == "iid")
+    assert (min(private.values()), max(private.values()), min(plain.values()), max(plain.values())) == (
+        80.5, 86.9, 84.0, 90.2)
+    assert [round(statistics.mean(v.values()), 1) for v in (private, plain)] == [84.7, 86.9]
+    assert max(plain[s] - private[s] for s in plain) == pytest.approx(9.7) and plain["0"] - private["0"] == \
+        pytest.approx(9.7)
+    skewed = [r for r in rows if r["beta"] == "0.3"]
+    assert _lost(skewed, "none") == {"1", "2"} and _lost(skewed, "dirichlet") == {"0", "1", "2"}
+    assert all(r["dead_classes"] == "2" for r in skewed if r["mechanism"] == "dirichlet")
+    assert (min(scores("0.3", "none").values()), max(scores("0.3", "none").values())) == (58.1, 73.2)
+    assert {r["learning_rate"] for r in rows} == {"0.0001"} and {r["optimizer"] for r in rows} == {"adam"}
+    prose = " ".join((ROOT / "BENCHMARKS.md").read_text().split())
+    for stated in ("80.5-86.9 % balanced accuracy against the non-private 84.0-90.2 % (means 84.7 % and 86.9 %)",
+                   "The largest gap, 9.7 points on seed 0", "lost classes on 2 of 3 seeds (58.1-73.2 %)",
+                   "lost two classes on every seed, failing the check on the one seed (0)"):
+        assert stated in prose, stated
+
+
 def test_the_lenet_group_splits_prose_holds_on_the_committed_folder() -> None:
     """BENCHMARKS 11.4's federated lenet + GroupNorm bullets and docs/learning-rates.md's row: the IID runs' ranges,
     means and losses per optimizer, and the underfit beta 0.3 reference, from docs/robustness/splits/lenet-group."""
