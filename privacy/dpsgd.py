@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privacy.checks import check_in_open_interval, check_integer, check_positive
-from privacy.mechanisms import Mechanism, MechanismSpec
+from privacy.mechanisms import Mechanism, MechanismSpec, weighted_cross_entropy
 
 if TYPE_CHECKING:  # torch and Opacus are imported where DP-SGD trains: the registry stays cheap to import
     import torch
@@ -149,11 +149,7 @@ class DPSGDMechanism(Mechanism):
     def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None,
              weights: Tensor | None = None) -> Tensor:
         """Mean cross-entropy, each example's times its weight (DP-SGD privatises the gradient, not the loss)."""
-        from torch.nn.functional import cross_entropy
-
-        if weights is None:
-            return cross_entropy(logits, labels)
-        return (cross_entropy(logits, labels, reduction="none") * weights).mean()
+        return weighted_cross_entropy(logits, labels, weights)
 
     def train_step(
         self,

@@ -67,6 +67,15 @@ def loss_weighting(name: str, reference_confidence: float, cap: float) -> LossWe
     return LossWeighting(reference_confidence, cap) if name == "normalized" else None
 
 
+def weighted_cross_entropy(logits: Tensor, labels: Tensor, weights: Tensor | None) -> Tensor:
+    """Mean cross-entropy of a batch, each example's times its weight (None: torch's own mean, bit for bit)."""
+    from torch.nn.functional import cross_entropy
+
+    if weights is None:
+        return cross_entropy(logits, labels)
+    return (cross_entropy(logits, labels, reduction="none") * weights).mean()
+
+
 class Mechanism(ABC):
     """One client's privatised training step and its ledger."""
 
@@ -226,11 +235,7 @@ class NoPrivacy(Mechanism):
 
     def loss(self, logits: Tensor, labels: Tensor, generator: torch.Generator | SecureRandom | None,
              weights: Tensor | None = None) -> Tensor:
-        from torch.nn.functional import cross_entropy
-
-        if weights is None:
-            return cross_entropy(logits, labels)
-        return (cross_entropy(logits, labels, reduction="none") * weights).mean()
+        return weighted_cross_entropy(logits, labels, weights)
 
     def epsilon(self, delta: float) -> float:
         return math.inf

@@ -70,6 +70,12 @@ def _study(folder: str) -> tuple[object, ...]:
     return (ROOT / folder,)
 
 
+def _strategy_blocks(prefix: str, folder: str) -> tuple[Renderer, Renderer]:
+    """BENCHMARKS.md's two blocks of one strategy study: `<prefix>-table` (mean ± sd) and `<prefix>-seeds`."""
+    return (Renderer("BENCHMARKS.md", f"{prefix}-table", "scripts.render_study_docs:rendered", _study(folder)),
+            Renderer("BENCHMARKS.md", f"{prefix}-seeds", "scripts.render_study_docs:per_seed", _study(folder)))
+
+
 RENDERERS: tuple[Renderer, ...] = (
     Renderer("README.md", "default-job", "scripts.render_default_job:rendered"),
     Renderer("README.md", "audit-summary", "scripts.render_audit:readme_summary"),
@@ -90,26 +96,11 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("BENCHMARKS.md", "robustness-grid", "scripts.render_grid:rendered"),
     Renderer("BENCHMARKS.md", "robustness-optimizers", "scripts.render_grid:rendered_optimizers"),
     Renderer("BENCHMARKS.md", "robustness-table", "scripts.render_robustness:rendered"),
-    Renderer("BENCHMARKS.md", "strategies-table", "scripts.render_study_docs:rendered",
-             _study("docs/study-strategies")),
-    Renderer("BENCHMARKS.md", "strategies-seeds", "scripts.render_study_docs:per_seed",
-             _study("docs/study-strategies")),
-    Renderer("BENCHMARKS.md", "strategies-nonprivate-table", "scripts.render_study_docs:rendered",
-             _study("docs/study-strategies-nonprivate")),
-    Renderer("BENCHMARKS.md", "strategies-nonprivate-seeds", "scripts.render_study_docs:per_seed",
-             _study("docs/study-strategies-nonprivate")),
-    Renderer("BENCHMARKS.md", "strategies-adaptive-table", "scripts.render_study_docs:rendered",
-             _study("docs/study-strategies-adaptive")),
-    Renderer("BENCHMARKS.md", "strategies-adaptive-seeds", "scripts.render_study_docs:per_seed",
-             _study("docs/study-strategies-adaptive")),
-    Renderer("BENCHMARKS.md", "strategies-beta01-table", "scripts.render_study_docs:rendered",
-             _study("docs/study-strategies-beta01")),
-    Renderer("BENCHMARKS.md", "strategies-beta01-seeds", "scripts.render_study_docs:per_seed",
-             _study("docs/study-strategies-beta01")),
-    Renderer("BENCHMARKS.md", "strategies-mnist-table", "scripts.render_study_docs:rendered",
-             _study("docs/study-strategies-mnist")),
-    Renderer("BENCHMARKS.md", "strategies-mnist-seeds", "scripts.render_study_docs:per_seed",
-             _study("docs/study-strategies-mnist")),
+    *_strategy_blocks("strategies", "docs/study-strategies"),
+    *_strategy_blocks("strategies-nonprivate", "docs/study-strategies-nonprivate"),
+    *_strategy_blocks("strategies-adaptive", "docs/study-strategies-adaptive"),
+    *_strategy_blocks("strategies-beta01", "docs/study-strategies-beta01"),
+    *_strategy_blocks("strategies-mnist", "docs/study-strategies-mnist"),
     Renderer("docs/audit.md", "audit-table", "scripts.render_audit:published_table", ("default",)),
     Renderer("docs/audit.md", "audit-table-paper", "scripts.render_audit:published_table", ("paper",)),
     Renderer("docs/consortium.md", "round-breakdown", "scripts.round_breakdown:rendered"),
