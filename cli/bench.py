@@ -141,6 +141,8 @@ def _accuracy_options(parser: argparse.ArgumentParser) -> None:
     add("--class-weighting", choices=list(CLASS_WEIGHTINGS),
         help="how each client's loss weighs its classes (the app's class-weighting; default none)")
     add("--class-weight-cap", type=float, help="cap of a balanced class weight (the app's class-weight-cap)")
+    add("--logit-adjustment", type=float,
+        help="tau of each client's logit-adjusted loss (the app's logit-adjustment; default 0: none)")
     add("--warmup-rounds", type=int, help="linear learning-rate warm-up over this many rounds (0: none; default: "
         "the network's own)")
     add("--workers", type=int, help="worker processes, one thread each")

@@ -104,6 +104,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
              "balanced: n / (K n_k) from its own public labels, no eps changes)")
     add("--class-weight-cap", type=float, default=d.class_weight_cap,
         help=f"cap of a balanced class weight (the app's class-weight-cap; default {d.class_weight_cap:g})")
+    add("--logit-adjustment", type=float, default=d.logit_adjustment,
+        help=f"tau: each client's loss on its logits plus tau log(its own class frequencies) (the app's "
+             f"logit-adjustment; default {d.logit_adjustment:g}: none; from public labels, no eps changes)")
     add("--warmup-rounds", type=int, default=None,
         help=f"linear learning-rate warm-up over this many rounds (the app's learning-rate-warmup-rounds; "
              f"default: the network's own, {d.warmup_rounds} for every network; 0: none)")

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from client.class_balance import class_weights
 from client.durable.lifetime_ledger import LifetimeLedger
+from client.logit_adjustment import logit_offsets
 from client.rate_and_randomness import client_generator, client_learning_rate
 from client.training import PoissonBatches, private_trainer
 from dirichlet_fl.client_plan import mechanism_spec
@@ -348,7 +349,9 @@ def _trained(
         )
         privacy_rng = SecureRandom() if config.randomness.secure_rng or node.secure_rng else None
         per_class = class_weights(config.local, shard.train_y, setup.data.num_classes)
-        batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng, per_class)
+        offsets = logit_offsets(config.local, shard.train_y, setup.data.num_classes)
+        batches = PoissonBatches(shard.train_x, shard.train_y, generator, augmentation(config), privacy_rng, per_class,
+                                 offsets)
         return model, learning_rate, trainer.train(batches, plan.steps, on_step=progress)
     except LifetimeBudgetSpent as error:
         raise Refusal(BUDGET_EXHAUSTED, error_reason(f"{label}: {error}", plan.summary)) from None

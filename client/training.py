@@ -40,9 +40,10 @@ Augment = Callable[[Tensor, torch.Generator], Tensor]
 class PoissonBatches:
     """Where a client's minibatches come from: its examples on the device, the generator of the round,
     the augmentation of each drawn batch (from the generator), under secure-rng the CSPRNG that the
-    Poisson masks and the mechanism's draws come from instead of the generator, and the weight of each
-    class in the loss (client/class_balance.py; None: 1). The sampling rate is the mechanism's own q, so no
-    step runs at a rate it did not account."""
+    Poisson masks and the mechanism's draws come from instead of the generator, the weight of each
+    class in the loss (client/class_balance.py; None: 1) and what the loss adds to every example's logits
+    (client/logit_adjustment.py; None: nothing). The sampling rate is the mechanism's own q, so no step runs at
+    a rate it did not account."""
 
     inputs: Tensor
     labels: Tensor
@@ -50,6 +51,7 @@ class PoissonBatches:
     augment: Augment | None = None
     privacy_rng: SecureRandom | None = None
     class_weights: Tensor | None = None
+    logit_offsets: Tensor | None = None
 
     @property
     def draws(self) -> torch.Generator | SecureRandom:
@@ -84,7 +86,7 @@ def train_locally(
             batch = batches.augment(batch, generator)
         batch_labels = labels[index]
         weights = None if batches.class_weights is None else batches.class_weights[batch_labels]
-        loss = mechanism.train_step(model, optimizer, batch, batch_labels, draws, weights)
+        loss = mechanism.train_step(model, optimizer, batch, batch_labels, draws, weights, batches.logit_offsets)
         if loss is not None:
             loss_sum += loss
             updates += 1

@@ -30,6 +30,8 @@ capped (privacy/dirichlet.py); paper: Algorithm 1 as published."""
 CLASS_WEIGHTINGS = ("none", "balanced")
 """class-weighting's values: none, every example weighs 1; balanced, each example of class k weighs n / (K n_k)
 over the K classes its client holds, capped at class-weight-cap (client/class_balance.py)."""
+MAX_LOGIT_ADJUSTMENT = 10.0
+"""logit-adjustment's largest tau (the usual values are 0.5 to 2)."""
 AUGMENT_CHOICES = ("auto", "on", "off")
 SECURE_AGGREGATION = ("none", "secaggplus")
 """none: the server sees every update; secaggplus: Flower's SecAgg+, the server sees only the sum."""
@@ -336,13 +338,15 @@ class PrivacyConfig:
 @dataclass(frozen=True)
 class LocalTrainingConfig:
     """What each client does in a round: its expected batch size (Poisson sampling, q = batch-size / n) and
-    how many steps it takes (local-steps, or local-epochs / q), and how its loss weighs each class."""
+    how many steps it takes (local-steps, or local-epochs / q), how its loss weighs each class, and the
+    logit adjustment tau of its loss (client/logit_adjustment.py; 0: none)."""
 
     batch_size: int = setting("batch-size", 8)
     epochs: float = setting("local-epochs", 3.0)
     steps: int = setting("local-steps", 0)
     class_weighting: str = setting("class-weighting", "none")
     class_weight_cap: float = setting("class-weight-cap", 10.0)
+    logit_adjustment: float = setting("logit-adjustment", 0.0)
 
     def validate(self) -> None:
         check_integer("batch-size", self.batch_size, 1)
@@ -350,6 +354,7 @@ class LocalTrainingConfig:
         check_integer("local-steps", self.steps, 0)
         check_choice("class-weighting", self.class_weighting, CLASS_WEIGHTINGS)
         check_in_interval("class-weight-cap", self.class_weight_cap, 1.0, 1e6)
+        check_in_interval("logit-adjustment", self.logit_adjustment, 0.0, MAX_LOGIT_ADJUSTMENT)
         if self.steps > MAX_LOCAL_STEPS:
             raise ValueError(f"local-steps={self.steps} is out of range: at most {MAX_LOCAL_STEPS:,} steps a "
                              "round (0: local-epochs / q); lower it, or set local-epochs instead")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privacy.checks import check_in_open_interval, check_integer, check_positive
-from privacy.mechanisms import Mechanism, MechanismSpec, weighted_cross_entropy
+from privacy.mechanisms import Mechanism, MechanismSpec, offset_logits, weighted_cross_entropy
 
 if TYPE_CHECKING:  # torch and Opacus are imported where DP-SGD trains: the registry stays cheap to import
     import torch
@@ -159,11 +159,13 @@ class DPSGDMechanism(Mechanism):
         labels: Tensor,
         generator: torch.Generator | SecureRandom | None,
         weights: Tensor | None = None,
+        logit_offsets: Tensor | None = None,
     ) -> Tensor | None:
-        """One DP-SGD step; the noise is drawn from `generator` (a SecureRandom: the OS's CSPRNG). An empty
-        batch steps on noise alone and returns None (no loss); otherwise returns the batch's mean cross-entropy,
-        each example's times its weight (detached). A weight scales an example's gradient before it is
-        clipped, so the clipping bound, and the eps, do not change."""
+        """One DP-SGD step, its loss on the logits plus `logit_offsets` (None: the logits); the noise is drawn
+        from `generator` (a SecureRandom: the OS's CSPRNG). An empty batch steps on noise alone and returns None
+        (no loss); otherwise returns the batch's mean cross-entropy, each example's times its weight (detached).
+        A weight or an offset changes an example's gradient before it is clipped, so the clipping bound, and the
+        eps, do not change."""
         from opacus.optimizers import DPOptimizer
 
         if not isinstance(optimizer, DPOptimizer):
@@ -177,7 +179,7 @@ class DPSGDMechanism(Mechanism):
             return None
         from torch.nn.functional import cross_entropy
 
-        per_example = cross_entropy(model(inputs), labels, reduction="none")
+        per_example = cross_entropy(offset_logits(model(inputs), logit_offsets), labels, reduction="none")
         loss = (per_example if weights is None else per_example * weights).sum()
         with warnings.catch_warnings():  # Opacus's hooks on a first layer whose input needs no gradient: benign
             warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)

@@ -76,6 +76,13 @@ def weighted_cross_entropy(logits: Tensor, labels: Tensor, weights: Tensor | Non
     return (cross_entropy(logits, labels, reduction="none") * weights).mean()
 
 
+def offset_logits(logits: Tensor, offsets: Tensor | None) -> Tensor:
+    """`logits` plus one offset per class (client/logit_adjustment.py), or `logits` themselves for None. The
+    softmax of shifted logits is still a point of the simplex, which is all Theorem 10 assumes of the softmax
+    that the Dirichlet mechanism privatises; the offsets come from the client's public labels."""
+    return logits if offsets is None else logits + offsets
+
+
 class Mechanism(ABC):
     """One client's privatised training step and its ledger."""
 
@@ -142,13 +149,15 @@ class Mechanism(ABC):
         labels: Tensor,
         generator: torch.Generator | SecureRandom | None,
         weights: Tensor | None = None,
+        logit_offsets: Tensor | None = None,
     ) -> Tensor | None:
-        """One step of Algorithm 1 (lines 3-8) on the examples' losses times `weights` (None: 1); an empty
-        batch makes no update. Returns the loss (on device)."""
+        """One step of Algorithm 1 (lines 3-8) on the examples' losses times `weights` (None: 1), the loss
+        taken on the logits plus `logit_offsets` (None: the logits themselves); an empty batch makes no update.
+        Returns the loss (on device)."""
         if labels.numel() == 0:
             return None
         optimizer.zero_grad(set_to_none=True)
-        loss = self.loss(model(inputs), labels, generator, weights)
+        loss = self.loss(offset_logits(model(inputs), logit_offsets), labels, generator, weights)
         loss.backward()
         optimizer.step()
         return loss.detach()

@@ -30,7 +30,7 @@ DEFAULTS: dict[str, object] = {
     "rate_extension_steps": 2, "server_rate_extension_steps": 2,
     "learning_rate_mode": "effective", "norm": "default",
     "dirichlet_weighting": "normalized", "dirichlet_weight_cap": 20.0, "warmup_rounds": None,
-    "class_weighting": "none", "class_weight_cap": 10.0,
+    "class_weighting": "none", "class_weight_cap": 10.0, "logit_adjustment": 0.0,
     "workers": 2,
 }
 """The bench's defaults (the parser's own default is None: 'not given'; a rate left None is tuned; the optimizer

@@ -131,4 +131,5 @@ def study_of(args: argparse.Namespace) -> Study:
                  learning_rate_mode=args.learning_rate_mode, validation=args.validation, norm=args.norm,
                  dirichlet_weighting=args.dirichlet_weighting, dirichlet_weight_cap=args.dirichlet_weight_cap,
                  class_weighting=args.class_weighting, class_weight_cap=args.class_weight_cap,
+                 logit_adjustment=args.logit_adjustment,
                  warmup_rounds=args.warmup_rounds, device=args.device)

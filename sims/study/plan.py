@@ -110,6 +110,9 @@ class Study:
     class_weight_cap: float = 10.0
     """The app's class-weighting and class-weight-cap (client/class_balance.py): balanced weighs each
     client's classes by n / (K n_k), capped; a study.json from before they existed ran none."""
+    logit_adjustment: float = 0.0
+    """The app's logit-adjustment tau (client/logit_adjustment.py): each client's loss on its logits plus tau times
+    the log of its own class frequencies; 0, and a study.json from before it existed: none."""
     warmup_rounds: int = DEFAULT_WARMUP_ROUNDS
     """The app's learning-rate-warmup-rounds: the rate rises linearly over this many rounds (0: none)."""
     device: str = "cpu"
@@ -218,7 +221,8 @@ def run_config(study: Study, cell: Cell, rate: float, validation: bool | None = 
             dirichlet_weighting=study.dirichlet_weighting, dirichlet_weight_cap=study.dirichlet_weight_cap,
         ),
         local=LocalTrainingConfig(batch_size=study.batch_size, epochs=study.local_epochs,
-                                  class_weighting=study.class_weighting, class_weight_cap=study.class_weight_cap),
+                                  class_weighting=study.class_weighting, class_weight_cap=study.class_weight_cap,
+                                  logit_adjustment=study.logit_adjustment),
         output=OutputConfig(results_dir=""), data=data,
         lr=LearningRateConfig(optimizer=cell.optimizer, rate=rate, mode=study.learning_rate_mode,
                               warmup_rounds=study.warmup_rounds),

@@ -44,10 +44,10 @@ TUNING_FILE = "tuning.csv"
 LEGACY_VALUES: dict[str, Any] = {"warmup_rounds": 0, "optimizers": ["sgd"], "adam_rate_grid": "",
                                  "rate_extension_steps": 0, "strategies": ["fedavg"], "server_rate_grid": "",
                                  "proximal_mu": DEFAULT_PROXIMAL_MU, "class_weighting": "none",
-                                 "class_weight_cap": 10.0, "server_rate_extension_steps": 0}
+                                 "class_weight_cap": 10.0, "server_rate_extension_steps": 0, "logit_adjustment": 0.0}
 """What a study.json written before a field existed ran with: no warm-up, SGD only, no grid extension, FedAvg
 only (FedProx's mu: the default, unread), no class weighting (its cap: the default, unread), no server-grid
-extension."""
+extension, no logit adjustment."""
 FLAGS = {"partitions": "--betas"}
 """The flag of a Study field whose name is not the flag's (the partitions: --betas, --classes-per-client
 and --site-file together)."""

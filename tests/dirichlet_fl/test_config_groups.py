@@ -24,7 +24,7 @@ CONFIG_JSON_ORDER = [
     "num-server-rounds", "calibration-rounds", "fraction-train", "fraction-evaluate", "seed", "num-clients", "model",
     "norm", "allow-batch-norm", "augment", "mechanism", "target-epsilon", "client-epsilons", "delta", "alpha",
     "max-grad-norm", "dirichlet-weighting", "dirichlet-weight-cap", "batch-size", "local-epochs", "local-steps",
-    "class-weighting", "class-weight-cap", "device", "results-dir", "run-name", "audit", "max-idle-rounds",
+    "class-weighting", "class-weight-cap", "logit-adjustment", "device", "results-dir", "run-name", "audit", "max-idle-rounds",
     "dead-class-rounds", "resume-from",
     "keep-updates", "secure-noise", "secure-rng", "dataset", "data-root", "data-path", "data-download",
     "validation-fraction", "partitioner", "beta", "classes-per-client", "site-file", "synthetic-alpha",
@@ -36,7 +36,7 @@ CONFIG_JSON_ORDER = [
     "server-beta-1", "server-beta-2",
 ]
 """config.json's keys in the order every run folder since the data and learning-rate groups has stored them (the
-class-weighting keys since 0.2.0, after local-steps: CHANGELOG.md)."""
+class-weighting keys and logit-adjustment since 0.2.0, after local-steps: CHANGELOG.md)."""
 
 EVERY_GROUP_MOVED = {
     "num-server-rounds": 7, "calibration-rounds": 3, "fraction-train": 0.5, "fraction-evaluate": 0.25, "seed": 11,
