@@ -199,10 +199,11 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
     from sims.study.runner import csv_text, describe
 
     def folder(name: str, rounds: int, dead: dict[tuple[str, int], int], batch_size: int = 32,
-               class_weighting: str = "none", local_epochs: float = 1.0) -> None:
+               class_weighting: str = "none", local_epochs: float = 1.0, logit_adjustment: float = 0.0) -> None:
         (tmp_path / name).mkdir()
         study = Study(dataset="npz", data_path="d.npz", partitions=("0.3",), rounds=rounds, validation=True,
-                      batch_size=batch_size, class_weighting=class_weighting, local_epochs=local_epochs)
+                      batch_size=batch_size, class_weighting=class_weighting, local_epochs=local_epochs,
+                      logit_adjustment=logit_adjustment)
         (tmp_path / name / "study.json").write_text(describe(study))
         row = {"beta": "0.3", "epsilon": "1.0", "status": "ok", "accuracy": "0.9", "learning_rate": 0.1}
         rows = [{**row, "mechanism": m, "seed": seed, "dead_classes": n, "balanced_accuracy": 0.9 - n / 10}
@@ -217,15 +218,18 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
            "balanced")
     folder("epochs--x", 20, {("none", 0): 1, ("none", 1): 0, ("dirichlet", 0): 1, ("dirichlet", 1): 1}, 10,
            local_epochs=3.0)
+    folder("adjusted--x", 20, {("none", 0): 0, ("none", 1): 1, ("dirichlet", 0): 0, ("dirichlet", 1): 1},
+           logit_adjustment=1.0)
     assert render_robustness.rendered_label_skew_choice(tmp_path).splitlines()[2:] == [
+        "| adjusted | d.npz | 20 | 32 | 1 | 0.1 | 1 of 2 | 1 of 2 | 0 | 80.0 |",  # with its own logit adjustment's
         "| defaults | d.npz | 20 | 32 | 1 | 0.1 | 2 of 2 | 1 of 2 | 1 | 70.0 |",  # seed 0: lost where none kept all
         "| epochs | d.npz | 20 | 10 | 3 | 0.1 | 2 of 2 | 1 of 2 | 1 | 80.0 |",  # with its own epochs' none run
         "| longer | d.npz | 40 | 32 | 1 | 0.1 | 1 of 2 | 1 of 2 | 0 | 80.0 |",  # paired with the 40-round none run
         "| smaller | d.npz | 20 | 10 | 1 | 0.1 | 1 of 2 | 0 of 2 | 1 | 80.0 |",  # and with its own batch's none run
         "| weighted | d.npz | 20 | 10 | 1 | 0.1 | 1 of 2 | 2 of 2 | 0 | 80.0 |"]  # and its own class weighting's
     (tmp_path / "longer-none--x" / "table.csv").unlink()
-    with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds, batch 32, 1 local epochs and "
-                                         "class-weighting none"):
+    with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds, batch 32, 1 local epochs, "
+                                         "class-weighting none and logit-adjustment 0"):
         render_robustness.rendered_label_skew_choice(tmp_path)
 
 
