@@ -29,6 +29,7 @@ def simulate(
     num_cpus_per_client: float = 1.0,
     num_gpus_per_client: float = 0.0,
     ray_address: str | None = None,
+    ray_num_cpus: int | None = None,
 ) -> None:
     """Run one federation of `num_supernodes` clients with run-config `overrides` (kebab-case keys).
 
@@ -37,8 +38,16 @@ def simulate(
     --head` plus `ray start --address` on each machine) instead of starting a private one; the actors
     then spread over every node of the cluster. Without it the run starts a private Ray instance (Ray's
     address "local") even where a `ray start` cluster or $RAY_ADDRESS is about, which a plain
-    `ray.init()` would join silently. Ray's dashboard is off (nothing here reads it); Ray 2.55
-    still starts a minimal API server and a dashboard agent per node (BENCHMARKS.md, section 6.1)."""
+    `ray.init()` would join silently. `ray_num_cpus` caps the CPUs that private instance may use (None: every
+    core), and with them the actors: 1 runs one actor, which serves every client in turn (each actor is a process
+    that imports torch and the app, seconds of CPU before its first message). Ray's dashboard is off (nothing
+    here reads it); Ray 2.55 still starts a minimal API server and a dashboard agent per node (BENCHMARKS.md,
+    section 6.1)."""
+    if ray_address is not None and ray_num_cpus is not None:
+        raise ValueError(f"ray_num_cpus={ray_num_cpus} with ray_address={ray_address!r}: a running Ray cluster has "
+                         "its own CPUs; give one of the two")
+    if ray_num_cpus is not None and not (isinstance(ray_num_cpus, int) and ray_num_cpus >= 1):
+        raise ValueError(f"ray_num_cpus={ray_num_cpus!r} is out of range: give an integer >= 1, or None for every core")
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     run = Run.create_empty(run_id=1)
@@ -48,10 +57,13 @@ def simulate(
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run.run_id, SUPERLINK_NODE_ID
     run_config = get_fused_config_from_dir(APP_DIR, run.override_config)
     context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
+    init_args: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": True, "include_dashboard": False,
+                                 "address": "local" if ray_address is None else ray_address}
+    if ray_num_cpus is not None:
+        init_args["num_cpus"] = ray_num_cpus
     backend_config: dict[str, dict[str, Any]] = {
         "client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": num_gpus_per_client},
-        "init_args": {"logging_level": "ERROR", "log_to_driver": True, "include_dashboard": False,
-                      "address": "local" if ray_address is None else ray_address},
+        "init_args": init_args,
     }
     _run_simulation(
         num_supernodes=num_supernodes,

@@ -27,7 +27,7 @@ def main() -> None:
         return row
 
     run_writer.RunWriter.record_round = record_then_die  # type: ignore[method-assign]
-    simulate(overrides, supernodes)
+    simulate(overrides, supernodes, ray_num_cpus=1)  # one actor: the kill is the server's, not an actor's
 
 
 if __name__ == "__main__":

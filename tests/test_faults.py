@@ -84,14 +84,14 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     folder = tmp_path_factory.mktemp("faults")
     process = start_killed_after(kill_round, overrides | {"results-dir": str(folder), "run-name": "killed"})
     try:
-        simulate(overrides | {"results-dir": str(folder), "run-name": "whole"}, CLIENTS)
+        simulate(overrides | {"results-dir": str(folder), "run-name": "whole"}, CLIENTS, ray_num_cpus=1)
         assert process.wait(timeout=300) == -signal.SIGKILL
     finally:
         process.kill()
         kill_session(process.pid)
     assert not (folder / "killed" / "summary.json").exists()
     assert [int(row["round"]) for row in rows(folder / "killed" / "rounds.csv")] == list(range(1, kill_round + 1))
-    simulate(overrides | {"results-dir": str(folder), "resume-from": str(folder / "killed")}, CLIENTS)
+    simulate(overrides | {"results-dir": str(folder), "resume-from": str(folder / "killed")}, CLIENTS, ray_num_cpus=1)
     return folder / "whole", folder / "killed"
 
 

@@ -43,7 +43,7 @@ def run(tmp_path: Path, name: str, supernodes: int, num_clients: int) -> Path:
     overrides = {"num-server-rounds": ROUNDS, "local-steps": 2, "partitioner": "iid", "batch-size": 14,
                  "fraction-train": SAMPLED / CLIENTS, "num-clients": num_clients,
                  "fraction-evaluate": 0.0, "results-dir": str(tmp_path), "run-name": name}
-    simulate(overrides, num_supernodes=supernodes)
+    simulate(overrides, num_supernodes=supernodes, ray_num_cpus=1)
     return tmp_path / name
 
 

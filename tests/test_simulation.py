@@ -17,7 +17,10 @@ SMALL = {"num-server-rounds": 3, "local-steps": 15, "partitioner": "iid"}
 
 
 def run(tmp_path: Path, name: str, clients: int, **overrides) -> Path:
-    simulate(SMALL | {"results-dir": str(tmp_path), "run-name": name} | overrides, num_supernodes=clients)
+    """One run on one Ray actor, which serves every client in turn (a second actor costs seconds of CPU to start;
+    the default job's test below keeps one per core, so that replies arrive out of order)."""
+    simulate(SMALL | {"results-dir": str(tmp_path), "run-name": name} | overrides, num_supernodes=clients,
+             ray_num_cpus=1)
     return tmp_path / name
 
 
@@ -145,3 +148,15 @@ def test_every_strategy_completes_on_flowers_simulation_engine(tmp_path: Path, s
     assert (summary["status"], summary["rounds"]) == ("completed", 2)
     assert [client["steps"] for client in summary["clients"]] == [4, 4]
     assert json.loads((folder / "config.json").read_text())["run_config"]["strategy"] == strategy
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"ray_num_cpus": 0}, "ray_num_cpus=0 is out of range: give an integer >= 1, or None for every core"),
+    ({"ray_num_cpus": 1.5}, "ray_num_cpus=1.5 is out of range"),
+    ({"ray_num_cpus": 1, "ray_address": "auto"}, "ray_num_cpus=1 with ray_address='auto': a running Ray cluster"),
+])
+def test_a_bad_ray_cpu_count_is_refused_before_ray_starts(tmp_path: Path, kwargs: dict, words: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        simulate({"results-dir": str(tmp_path)}, num_supernodes=2, **kwargs)
+    assert words in str(raised.value)
+    assert not any(tmp_path.iterdir())  # nothing ran

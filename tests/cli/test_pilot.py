@@ -69,9 +69,10 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
 ) -> None:
     workdir = tmp_path / "consortium"
     files = ",".join(str(path) for path in site_files(tmp_path / "data"))
+    run = f"{RUN} fraction-evaluate=0.0"  # ledgers only: no evaluation message (the other pilots evaluate)
     args = [
         "--sites", "3", "--rounds", "2", "--workdir", str(workdir), "--data-files", files,
-        "--target-epsilon", "1,2,1", "--lifetime-epsilon", "3,6,1", "--run-config", RUN, "--json",
+        "--target-epsilon", "1,2,1", "--lifetime-epsilon", "3,6,1", "--run-config", run, "--json",
     ]  # fmt: skip
     code, first, _ = pilot(capsys, *args)
     assert code == 0, first
@@ -88,7 +89,7 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
     keys = sorted((workdir / "keys").iterdir())
     key_bytes = [path.read_bytes() for path in keys]
 
-    fedadam = [f"{arg} strategy='fedadam'" if arg == RUN else arg for arg in args]  # any strategy continues them
+    fedadam = [f"{arg} strategy='fedadam'" if arg == run else arg for arg in args]  # any strategy continues them
     code, second, _ = pilot(capsys, *fedadam)
     assert code == 0, second
     assert second["log"] != first["log"] and Path(second["log"]).parent.name == Path(second["run_dir"]).name
@@ -103,7 +104,7 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
     ledger_csv = (Path(second["run_dir"]) / "ledger.csv").read_text()
     assert "refused" in ledger_csv and "Traceback" not in ledger_csv
 
-    code, _, err = pilot(capsys, *args[:-5], "--lifetime-epsilon", "0.5", "--run-config", RUN)
+    code, _, err = pilot(capsys, *args[:-5], "--lifetime-epsilon", "0.5", "--run-config", run)
     assert code == 2 and err.count("\n") == 1 and "is below what this site already spent" in err
 
     ledger = Path(second["sites"][0]["ledger_file"])

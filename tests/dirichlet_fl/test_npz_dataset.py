@@ -189,7 +189,7 @@ def test_bench_accuracy_runs_on_an_npz_and_refuses_a_bad_one_before_any_run(
 def test_a_simulated_federation_trains_on_an_npz(derma_file: Path, tmp_path: Path) -> None:
     overrides = {"dataset": "npz", "data-path": str(derma_file), "partitioner": "iid", "num-server-rounds": 1,
                  "local-steps": 3, "model": "lenet", "results-dir": str(tmp_path), "run-name": "npz"}
-    simulate(overrides, num_supernodes=2)
+    simulate(overrides, num_supernodes=2, ray_num_cpus=1)
 
     summary = json.loads((tmp_path / "npz" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds"] == 1

@@ -15,7 +15,7 @@ def test_secaggplus_run_matches_the_plain_run_with_identical_eps(tmp_path: Path)
     small = {"num-server-rounds": 2, "local-steps": 10, "learning-rate": 0.5, "fraction-evaluate": 0.0,
              "results-dir": str(tmp_path)}
     for name, mode in (("plain", "none"), ("secure", "secaggplus")):
-        simulate(small | {"run-name": name, "secure-aggregation": mode}, num_supernodes=3)
+        simulate(small | {"run-name": name, "secure-aggregation": mode}, num_supernodes=3, ray_num_cpus=1)
     plain, secure = (json.loads((tmp_path / name / "summary.json").read_text()) for name in ("plain", "secure"))
     assert (plain["secure_aggregation"], secure["secure_aggregation"]) == ("none", "secaggplus")
     assert abs(plain["final_accuracy"] - secure["final_accuracy"]) <= 0.01
@@ -35,7 +35,7 @@ def test_adaptive_client_dp_under_secaggplus_on_the_simulation_engine(tmp_path: 
     config = {"num-server-rounds": 2, "local-steps": 5, "fraction-evaluate": 0.0, "results-dir": str(tmp_path),
               "run-name": "adaptive", "secure-aggregation": "secaggplus", "client-dp": "adaptive",
               "client-clipping-norm": 1e-3, "client-noise-multiplier": 0.2}
-    simulate(config, num_supernodes=3)
+    simulate(config, num_supernodes=3, ray_num_cpus=1)
     summary = json.loads((tmp_path / "adaptive" / "summary.json").read_text())
     level = summary["client_level"]
     assert level["clipping"] == "adaptive" and level["initial_clipping_norm"] == 1e-3 and level["rounds"] == 2
