@@ -196,22 +196,24 @@ def _check_table(first: str, folders: Path, label: Callable[[Path, dict], str]) 
 LABEL_SKEW_CHOICE = FOLDERS / "label-skew-validation"
 """Issue 31's candidates for the second check, judged on the validation split (never the test split): one study
 folder per candidate and data file, named `<candidate>--<data>`; the non-private reference of a data file is the
-folder of that data file whose rows are non-private and whose rounds, batch size, local epochs, class weighting and
-logit adjustment match (a study.json without `class_weighting` ran none, one without `logit_adjustment` 0)."""
+folder of that data file whose rows are non-private and whose rounds, batch size, local epochs, class weighting,
+logit adjustment and strategies match (a study.json without `class_weighting` ran none, one without
+`logit_adjustment` 0, one without `strategies` FedAvg)."""
 
 
 def rendered_label_skew_choice(folders: Path = LABEL_SKEW_CHOICE) -> str:
     """Per candidate and data file, on the validation split: the seeds on which the Dirichlet run and the
-    non-private run of the same data file, rounds, batch size, local epochs, class weighting and logit adjustment
-    lost a class, the check's failures (fails_check) and the worst seed's balanced accuracy. ValueError when a data
-    file has no non-private folder at a candidate's rounds, batch size, local epochs, class weighting and logit
-    adjustment."""
+    non-private run of the same data file, rounds, batch size, local epochs, class weighting, logit adjustment and
+    strategies lost a class, the check's failures (fails_check) and the worst seed's balanced accuracy. ValueError
+    when a data file has no non-private folder at a candidate's rounds, batch size, local epochs, class weighting,
+    logit adjustment and strategies."""
     studies = {f.name: (json.loads((f / "study.json").read_text()), _rows(f, "table.csv"))
                for f in sorted(folders.iterdir()) if _layout(f) == STUDY}
 
-    def pairing(name: str, config: dict) -> tuple[str, int, int, float, str, float]:
+    def pairing(name: str, config: dict) -> tuple[str, int, int, float, str, float, str]:
         return (name.split("--")[1], config["rounds"], config["batch_size"], config["local_epochs"],
-                config.get("class_weighting", "none"), config.get("logit_adjustment", 0.0))
+                config.get("class_weighting", "none"), config.get("logit_adjustment", 0.0),
+                ",".join(config.get("strategies", ["fedavg"])))
 
     plain_of = {pairing(name, config): plain for name, (config, rows) in studies.items()
                 if (plain := {r["seed"]: r for r in rows if not mechanism_class(r["mechanism"]).private})}
@@ -227,7 +229,8 @@ def rendered_label_skew_choice(folders: Path = LABEL_SKEW_CHOICE) -> str:
         if plain is None:
             raise ValueError(f"{folders}: no non-private folder of {data} at {config['rounds']} rounds, batch "
                              f"{config['batch_size']}, {config['local_epochs']:g} local epochs, class-weighting "
-                             f"{pairing(name, config)[4]} and logit-adjustment {pairing(name, config)[5]:g}")
+                             f"{pairing(name, config)[4]}, logit-adjustment {pairing(name, config)[5]:g} and "
+                             f"strategies {pairing(name, config)[6]}")
         lost_plain = sum(r["dead_classes"] != "0" for r in plain.values())
         worst = min(100 * float(r["balanced_accuracy"]) for r in private)
         lines.append(f"| {candidate} | {_data(config)} | {config['rounds']} | {config['batch_size']} | "

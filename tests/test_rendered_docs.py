@@ -199,11 +199,12 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
     from sims.study.runner import csv_text, describe
 
     def folder(name: str, rounds: int, dead: dict[tuple[str, int], int], batch_size: int = 32,
-               class_weighting: str = "none", local_epochs: float = 1.0, logit_adjustment: float = 0.0) -> None:
+               class_weighting: str = "none", local_epochs: float = 1.0, logit_adjustment: float = 0.0,
+               strategies: tuple[str, ...] = ("fedavg",)) -> None:
         (tmp_path / name).mkdir()
         study = Study(dataset="npz", data_path="d.npz", partitions=("0.3",), rounds=rounds, validation=True,
                       batch_size=batch_size, class_weighting=class_weighting, local_epochs=local_epochs,
-                      logit_adjustment=logit_adjustment)
+                      logit_adjustment=logit_adjustment, strategies=strategies)
         (tmp_path / name / "study.json").write_text(describe(study))
         row = {"beta": "0.3", "epsilon": "1.0", "status": "ok", "accuracy": "0.9", "learning_rate": 0.1}
         rows = [{**row, "mechanism": m, "seed": seed, "dead_classes": n, "balanced_accuracy": 0.9 - n / 10}
@@ -220,7 +221,10 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
            local_epochs=3.0)
     folder("adjusted--x", 20, {("none", 0): 0, ("none", 1): 1, ("dirichlet", 0): 0, ("dirichlet", 1): 1},
            logit_adjustment=1.0)
+    folder("adagrad--x", 20, {("none", 0): 1, ("none", 1): 1, ("dirichlet", 0): 1, ("dirichlet", 1): 0}, 10,
+           strategies=("fedadagrad",))
     assert render_robustness.rendered_label_skew_choice(tmp_path).splitlines()[2:] == [
+        "| adagrad | d.npz | 20 | 10 | 1 | 0.1 | 1 of 2 | 2 of 2 | 0 | 80.0 |",  # with its own strategy's
         "| adjusted | d.npz | 20 | 32 | 1 | 0.1 | 1 of 2 | 1 of 2 | 0 | 80.0 |",  # with its own logit adjustment's
         "| defaults | d.npz | 20 | 32 | 1 | 0.1 | 2 of 2 | 1 of 2 | 1 | 70.0 |",  # seed 0: lost where none kept all
         "| epochs | d.npz | 20 | 10 | 3 | 0.1 | 2 of 2 | 1 of 2 | 1 | 80.0 |",  # with its own epochs' none run
@@ -229,7 +233,7 @@ def test_the_label_skew_choice_pairs_each_candidate_with_the_non_private_run_of_
         "| weighted | d.npz | 20 | 10 | 1 | 0.1 | 1 of 2 | 2 of 2 | 0 | 80.0 |"]  # and its own class weighting's
     (tmp_path / "longer-none--x" / "table.csv").unlink()
     with pytest.raises(ValueError, match="no non-private folder of x at 40 rounds, batch 32, 1 local epochs, "
-                                         "class-weighting none and logit-adjustment 0"):
+                                         "class-weighting none, logit-adjustment 0 and strategies fedavg"):
         render_robustness.rendered_label_skew_choice(tmp_path)
 
 
@@ -775,6 +779,11 @@ def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -
     assert sum(len(lost) for lost in adjusted_plain.values()) == 6 and sum(map(len, adjusted.values())) == 10
     assert {d: len(adjusted[d] - adjusted_plain[d]) for d in draws} == {"stand-in": 2, "draw-seed23": 1,
                                                                         "draw-seed31": 2}
+    adagrad = _table(folders / "batch-10-fedadagrad--stand-in")
+    assert (_lost(adagrad, "none"), _lost(adagrad, "dirichlet")) == (set(), {"2"})
+    assert {r["server_learning_rate"] for r in adagrad} == {"0.01"}
+    assert {r["mechanism"]: round(100 * float(r["balanced_accuracy"]), 1) for r in adagrad if r["seed"] == "2"} \
+        == {"none": 83.9, "dirichlet": 68.9}
     epochs3 = _table(folders / "batch-10-epochs-3--stand-in")
     assert (_lost(epochs3, "none"), _lost(epochs3, "dirichlet")) == (set(), {"1", "2"})
     assert round(100 * min(float(r["balanced_accuracy"]) for r in epochs3 if r["mechanism"] == "dirichlet"), 1) \
@@ -799,7 +808,10 @@ def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -
             "rounds-40": (3, 20.0, 40, 32), "rounds-40-none": (3, 20.0, 40, 32),
             "batch-10": (3, 20.0, 20, 10), "batch-10-warmup-6": (6, 20.0, 20, 10),
             "batch-10-balanced": (3, 20.0, 20, 10), "batch-10-epochs-3": (3, 20.0, 20, 10),
-            "logit-adjustment-1": (3, 20.0, 20, 32)}[folder.name.split("--")[0]]
+            "logit-adjustment-1": (3, 20.0, 20, 32), "batch-10-fedadagrad": (3, 20.0, 20, 10)}[
+            folder.name.split("--")[0]]
+        assert study.get("strategies", ["fedavg"]) == (
+            ["fedadagrad"] if folder.name.startswith("batch-10-fedadagrad--") else ["fedavg"])
         assert study["local_epochs"] == (3.0 if folder.name.startswith("batch-10-epochs-3--") else 1.0)
         assert study.get("class_weighting", "none") == (
             "balanced" if folder.name.startswith("batch-10-balanced--") else "none")
@@ -817,8 +829,10 @@ def test_the_label_skew_choice_in_benchmarks_holds_on_the_validation_folders() -
                    "seed-23 draw)",
                    "rose to 78.4 % (64.1 % at 1\n  epoch), but the Dirichlet run lost a class on 2 of them (seeds 1 "
                    "and 2)",
-                   "lost a class on 6 of 15 seeds instead of 10", "the Dirichlet run lost one on 10, and the check "
-                   "failed on 5 seeds (2 on the shared stand-in, 2 on the\n  seed-31 draw, 1 on the seed-23 draw)"):
+                   "lost a class on 6 of 15 seeds instead of 10",
+                   "its Dirichlet run lost one on seed 2 (68.9 % against\n  83.9 %)",
+                   "the Dirichlet run lost one on 10, and the check failed on 5 seeds (2 on the shared stand-in, "
+                   "2 on the\n  seed-31 draw, 1 on the seed-23 draw)"):
         assert stated in text, stated
 
 
