@@ -46,7 +46,8 @@ def simulate(
     if ray_address is not None and ray_num_cpus is not None:
         raise ValueError(f"ray_num_cpus={ray_num_cpus} with ray_address={ray_address!r}: a running Ray cluster has "
                          "its own CPUs; give one of the two")
-    if ray_num_cpus is not None and not (isinstance(ray_num_cpus, int) and ray_num_cpus >= 1):
+    if ray_num_cpus is not None and (isinstance(ray_num_cpus, bool) or not isinstance(ray_num_cpus, int)
+                                     or ray_num_cpus < 1):
         raise ValueError(f"ray_num_cpus={ray_num_cpus!r} is out of range: give an integer >= 1, or None for every core")
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")

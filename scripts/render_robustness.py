@@ -225,12 +225,13 @@ def rendered_label_skew_choice(folders: Path = LABEL_SKEW_CHOICE) -> str:
         if not private:
             continue
         candidate, data = name.split("--")
-        plain = plain_of.get(pairing(name, config))
+        key = pairing(name, config)
+        plain = plain_of.get(key)
         if plain is None:
-            raise ValueError(f"{folders}: no non-private folder of {data} at {config['rounds']} rounds, batch "
-                             f"{config['batch_size']}, {config['local_epochs']:g} local epochs, class-weighting "
-                             f"{pairing(name, config)[4]}, logit-adjustment {pairing(name, config)[5]:g} and "
-                             f"strategies {pairing(name, config)[6]}")
+            _, rounds, batch, epochs, weighting, tau, strategies = key
+            raise ValueError(f"{folders}: no non-private folder of {data} at {rounds} rounds, batch {batch}, "
+                             f"{epochs:g} local epochs, class-weighting {weighting}, logit-adjustment {tau:g} and "
+                             f"strategies {strategies}")
         lost_plain = sum(r["dead_classes"] != "0" for r in plain.values())
         worst = min(100 * float(r["balanced_accuracy"]) for r in private)
         lines.append(f"| {candidate} | {_data(config)} | {config['rounds']} | {config['batch_size']} | "
