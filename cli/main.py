@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("cli.check", "validate a run's config, data, shards and budgets before `flwr run`"),
     "plot": ("cli.plot", "overlay the accuracy, loss and eps curves of run folders"),
     "pilot": ("cli.pilot", "run the app on Flower's Deployment Engine on loopback (TLS, authenticated sites)"),
+    "site-executor": ("cli.site_executor", "run a site's ClientApp tasks in children forked from one warm process "
+                      "(the partner of `flower-supernode --isolation process`)"),
     "study": ("cli.study", "sweep non-IID splits x eps x mechanism x seeds"),
 }
 """Command name -> (its module, whose add_parser registers it; its help line in `dirichlet-fl --help`)."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cli.deployment.pilot_sites import Site, lifetime_ledger_of, per_site, site_pin
+from cli.deployment.site_executor import CLIENTAPP_EXECUTORS
 
 if TYPE_CHECKING:  # Flower, torch and the app are imported when the command runs, not when it registers
     from cli.deployment.flwr_output import RunOutcome
@@ -62,6 +63,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--compare-simulation", action="store_true",
         help="then run the same run config on the simulation engine and report both round times and accuracies",
+    )  # fmt: skip
+    parser.add_argument(
+        "--clientapp-executor", choices=CLIENTAPP_EXECUTORS, default=CLIENTAPP_EXECUTORS[0],
+        help="how a site runs each ClientApp: 'fork' from its warm `dirichlet-fl site-executor` (default), or "
+        "'subprocess', Flower's fresh process per message",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -380,7 +386,8 @@ def _deploy_and_run(
     with exit_on_sigterm(), AppHub() as hub:
         spec = hub.publish(PublishedApp(*fab_identity(fab), fab, [sign_fab(fab, key)]))
         federation = Federation(
-            workdir, configs, name="pilot", log_dir=logs, hub_url=hub.url, trusted_entities=pins, fleet_gateway=True
+            workdir, configs, name="pilot", log_dir=logs, hub_url=hub.url, trusted_entities=pins, fleet_gateway=True,
+            clientapp_executor=args.clientapp_executor,
         )
         with federation as fed:
             return fed.run(spec, overrides, timeout=args.timeout)

@@ -85,6 +85,8 @@ RENDERERS: tuple[Renderer, ...] = (
              _study("docs/mnist-normalized/test")),
     Renderer("BENCHMARKS.md", "virtual-clients-table", "scripts.render_scale:rendered"),
     Renderer("BENCHMARKS.md", "round-breakdown", "scripts.round_breakdown:rendered"),
+    Renderer("BENCHMARKS.md", "executor-breakdown", "scripts.round_breakdown:rendered",
+             ("docs/consortium/executor-breakdown.json",)),
     Renderer("BENCHMARKS.md", "robustness-acceptance", "scripts.render_robustness:rendered_acceptance"),
     Renderer("BENCHMARKS.md", "robustness-label-skew", "scripts.render_robustness:rendered_label_skew"),
     Renderer("BENCHMARKS.md", "robustness-label-skew-choice", "scripts.render_robustness:rendered_label_skew_choice"),
@@ -104,6 +106,8 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("docs/audit.md", "audit-table", "scripts.render_audit:published_table", ("default",)),
     Renderer("docs/audit.md", "audit-table-paper", "scripts.render_audit:published_table", ("paper",)),
     Renderer("docs/consortium.md", "round-breakdown", "scripts.round_breakdown:rendered"),
+    Renderer("docs/consortium.md", "executor-breakdown", "scripts.round_breakdown:rendered",
+             ("docs/consortium/executor-breakdown.json",)),
     Renderer("docs/study.md", "study-full-table", "scripts.render_study_docs:rendered", _study("docs/study-full")),
     Renderer("docs/study.md", "study-table", "scripts.render_study_docs:rendered", _study("docs/study-smoke")),
 )

@@ -12,6 +12,9 @@ sets it: the SuperExec that the SuperLink and each SuperNode start asks for a ta
 ClientApp process to start) that often (0.01-60 s, default 1; flwr/supercore/superexec/run_superexec.py).
 The SuperNode's waits between two pulls that found no message (3 s) and between two looks for a finished
 reply (0.5 s) are fixed in Flower 1.42 (flwr/supernode/start_client_internal.py): nothing sets them.
+With ``clientapp_executor="fork"`` (default) each SuperNode runs with ``--isolation process`` beside its own
+site executor (cli/deployment/site_executor.py: ClientApps forked from a warm process, authenticated by a
+secret); ``"subprocess"`` is Flower's default, a fresh ``flwr-clientapp`` process per message.
 """
 
 from __future__ import annotations
@@ -46,12 +49,17 @@ from cli.deployment.processes import (
     stop_processes,
     wait_exit,
 )
+from cli.deployment.site_executor import (
+    CLIENTAPP_EXECUTORS,
+    TASK_POLL_ENV,
+    site_executor_argv,
+    write_executor_secret,
+)
 from cli.deployment.staging import ConfigValue, render_config
 from dirichlet_fl.files import write_atomically
 
 _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _NODE_READY = "SuperNode ID:"
-TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 TASK_POLL_S = 0.2
 """Seconds between a SuperExec's task polls: a message waits at most this long for its ClientApp process
 (Flower's default 1 s), for about 5 small loopback requests a second per SuperExec."""
@@ -68,6 +76,7 @@ class SuperNodeHandle:
     root_certificates: Path
     process: ManagedProcess
     node_id: int | None = None
+    executor: ManagedProcess | None = None  # its site executor (fork mode), else None (Flower's own)
 
 
 def require_file(path: Path, flag: str) -> Path:
@@ -104,9 +113,13 @@ class Federation:
         hub_url: str | None = None,
         trusted_entities: Sequence[Path | None] = (),
         fleet_gateway: bool = False,
+        clientapp_executor: str = "fork",
     ) -> None:
         if not _CONNECTION_NAME.match(name):
             raise DeploymentError(f"connection name must match [A-Za-z0-9_-]+: {name!r}")
+        if clientapp_executor not in CLIENTAPP_EXECUTORS:
+            raise DeploymentError(f"clientapp_executor={clientapp_executor!r} is not one of {CLIENTAPP_EXECUTORS}")
+        self.clientapp_executor = clientapp_executor
         self.workdir = workdir.resolve()
         self.name = name
         self.node_configs = [dict(config) for config in node_configs]
@@ -278,12 +291,16 @@ class Federation:
             time.sleep(0.5)
 
     def supernode_argv(
-        self, handle_keys: NodeKeys, root: Path, port: int, config: str, trusted_entities: Path | None = None
+        self, handle_keys: NodeKeys, root: Path, port: int, config: str, trusted_entities: Path | None = None,
+        executor_secret: Path | None = None,
     ) -> list[str]:
         """A SuperNode's command line: TLS root CA, auth private key, node config, Runtime port, and the
         app signing keys it trusts (``--trusted-entities``: then it refuses any FAB they did not sign; a pin
-        that trusts no key is refused, since Flower would then verify nothing)."""
+        that trusts no key is refused, since Flower would then verify nothing). With ``executor_secret`` it
+        waits for the site's own SuperExec (``--isolation process``) and serves only one holding that secret."""
         pin = ["--trusted-entities", str(check_trusted_entities(trusted_entities))] if trusted_entities else []
+        if executor_secret is not None:
+            pin += ["--isolation", "process", "--superexec-auth-secret-file", str(executor_secret)]
         return [
             executable("flower-supernode"),
             "--superlink", self.fleet_address,
@@ -318,11 +335,14 @@ class Federation:
         keys = keys or make_node_keys(self.workdir / "keys", site)
         root = root_certificates or self.certs.ca_cert
         config = render_config(node_config)
-        argv = self.supernode_argv(keys, root, port := self._new_port(), config, trusted_entities)
-        node_id = self.register(keys, site) if register else None
         workdir = self.workdir / f"supernode-{site}"
+        secret = write_executor_secret(workdir) if self.clientapp_executor == "fork" else None
+        argv = self.supernode_argv(keys, root, port := self._new_port(), config, trusted_entities, secret)
+        node_id = self.register(keys, site) if register else None
         process = self._spawn(f"supernode-{site}", argv, workdir, workdir / "flwr-home")
-        handle = SuperNodeHandle(site, keys, dict(node_config), port, root, process, node_id)
+        executor = None if secret is None else self._spawn(
+            f"site-executor-{site}", site_executor_argv(port, secret, process.pid), workdir, workdir / "flwr-home")
+        handle = SuperNodeHandle(site, keys, dict(node_config), port, root, process, node_id, executor)
         self.nodes.append(handle)
         if wait:
             self.await_nodes([handle])

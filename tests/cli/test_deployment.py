@@ -12,7 +12,9 @@ import ssl
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -217,6 +219,24 @@ def write_probe_app(directory: Path) -> Path:
     return directory
 
 
+def acquire_task(port: int, secret: bytes | None) -> Any:
+    """Ask a SuperNode's Runtime API for a task as a SuperExec would, signing with ``secret`` if given."""
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor, SuperExecAuthHttpInterceptor
+    from flwr.supercore.runtime import RuntimeHttpClient
+
+    interceptors: list[Any] = [RuntimeVersionHttpInterceptor(component_name="SuperExec")]
+    if secret is not None:
+        interceptors.append(SuperExecAuthHttpInterceptor(
+            master_secret=secret, protected_methods=frozenset({"/flwr.proto.Runtime/AcquireTask"})))
+    client = RuntimeHttpClient.from_server_address(f"127.0.0.1:{port}", True, None, interceptors)
+    try:
+        return client.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
+    finally:
+        client.close()
+
+
 def test_smoke_run_with_tls_and_supernode_auth(tmp_path: Path, federations: list[Federation]) -> None:
     app = write_probe_app(tmp_path / "app")
     configs: list[dict[str, ConfigValue]] = [
@@ -246,6 +266,14 @@ def test_smoke_run_with_tls_and_supernode_auth(tmp_path: Path, federations: list
         assert failed.returncode == 0, "flwr run exits 0 even when the ServerApp failed"
         assert not failed.ok and failed.server_exit_code is not None
         assert failed.status == "finished:failed"
+        for node in federation.nodes:  # each site's own executor ran its tasks; nobody else can take them
+            assert node.executor is not None and node.executor.alive()
+            assert "--isolation" in node.process.popen.args
+            secret = (federation.workdir / f"supernode-{node.site_id}" / "superexec-auth.secret").read_bytes()
+            assert not acquire_task(node.port, secret).HasField("task")
+            for wrong in (None, b"not the secret"):
+                with pytest.raises(httpx.HTTPStatusError):
+                    acquire_task(node.port, wrong)
     print(f"\nstartup {startup_s:.1f} s, smoke run {outcome.duration_s:.1f} s")
     assert not federation.alive_pids()
     assert not any(pid_alive(pid) for pid in leaders(federation))
