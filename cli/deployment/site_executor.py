@@ -9,8 +9,10 @@ one. It asks the SuperNode's Runtime API for a ClientApp task every ``poll_s`` s
 SuperExec does; at the first task it imports those libraries once (PRELOAD: the site's own installed
 environment, never the app); and it runs each task in a child forked for it: Flower's own
 ``run_clientapp`` with the task's token, so the FAB is installed, verified and loaded from the bundle, and
-the reply pushed, exactly as in a fresh process. The child exits when its task ends; nothing it does
-reaches the parent or the next task.
+the reply pushed, exactly as in a fresh process. A task's child is forked at the poll after the one that
+acquired it: Flower 1.42's SuperNode creates a task before it has pulled the message's objects, and a
+child that asks for them too early waits Flower's 1 s pull back-off (``PULL_INITIAL_BACKOFF``). The child
+exits when its task ends; nothing it does reaches the parent or the next task.
 
 What a child must not inherit, it does not (docs/consortium.md, "The site's executor"):
 - the app's code: the parent imports none of it, and the child drops every module loaded from this
@@ -245,20 +247,24 @@ def serve(
         interceptors=interceptors, retry_invoker=make_simple_http_retry_invoker(),
     )  # fmt: skip
     executor, warm = ForkingExecutor(), None  # warm: the modules preloaded, once the first task came
+    pending = None  # a task acquired at the last poll, started at this one
     plugin = AutoExecPlugin(runtime_api_address=runtime_api_address, insecure=True, root_certificates_path=None,
                             runtime_dependency_install=False, executor=executor)
     try:
         while parent_pid is None or pid_alive(parent_pid):
             executor.reconcile()
+            if pending is not None:  # acquired one poll ago: by now the SuperNode holds its message
+                launched = plugin.launch_task(token=pending.token, task=pending.task)
+                if launched.status != LaunchResultStatus.ACCEPTED:  # the task then expires at the SuperNode
+                    print(f"site executor: task {pending.task.task_id} not started: {launched.message}", flush=True)
+                pending = None
             types, _ = executor.get_eligible_capacity(set(plugin.supported_task_types))
             reply = client.AcquireTask(AcquireTaskRequest(supported_task_types=types, agentapp_fab_hashes=[]))
             if reply.HasField("task") and reply.token:
+                pending = reply
                 if warm is None:  # at the first task: a site that never gets one never pays for the imports
                     warm = preload(preload_modules)
                     print(f"site executor: preloaded {', '.join(warm)}", flush=True)
-                launched = plugin.launch_task(token=reply.token, task=reply.task)
-                if launched.status != LaunchResultStatus.ACCEPTED:  # the task then expires at the SuperNode
-                    print(f"site executor: task {reply.task.task_id} not started: {launched.message}", flush=True)
             time.sleep(poll_s)
     finally:
         client.close()
