@@ -115,11 +115,13 @@ def test_two_runs_continue_each_sites_ledger_and_a_spent_site_refuses(
 
 
 def test_a_pilot_in_which_no_site_trained_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Flower says finished:completed and so does the ServerApp, but the only site refused: exit 3, not 0."""
+    """Flower says finished:completed and so does the ServerApp, but the only site refused: exit 3, not 0.
+    On Flower's own fresh ClientApp process per message (every other pilot test runs the site executor)."""
     workdir = tmp_path / "w"
     args = ["--sites", "1", "--rounds", "1", "--workdir", str(workdir), "--lifetime-epsilon", "0.01",
-            "--run-config", RUN, "--timeout", "120", "--json"]  # fmt: skip
+            "--run-config", RUN, "--timeout", "120", "--clientapp-executor", "subprocess", "--json"]  # fmt: skip
     code, report, err = pilot(capsys, *args)
+    assert not list((workdir / "logs").rglob("site-executor-*.log")) and not list(workdir.rglob("superexec-auth.*"))
     assert code == 3 and report["exit_status"] == 3 and not report["ok"], report
     assert report["status"] == "finished:completed"
     [site] = report["sites"]
