@@ -7,14 +7,13 @@ starts all of that on 127.0.0.1, waits until each part is ready (polling ports a
 sleeps), submits runs through the ``flwr`` CLI and stops every process it started (cli/deployment/processes.py).
 Measured against flwr 1.42.0: the three APIs share one HTTPS port, and ``flwr run`` exits 0 even when
 the ServerApp failed (it prints ``Exit Code: <n>``; ``flwr list --run-id`` says ``finished:failed``).
-Every process gets ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` = TASK_POLL_S unless the caller's environment
-sets it: the SuperExec that the SuperLink and each SuperNode start asks for a task (a ServerApp or
-ClientApp process to start) that often (0.01-60 s, default 1; flwr/supercore/superexec/run_superexec.py).
+Every process gets ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` = TASK_POLL_S unless the caller's environment sets
+it: each SuperExec asks for a task (a ServerApp or ClientApp to start) that often (0.01-60 s, default 1).
 The SuperNode's waits between two pulls that found no message (3 s) and between two looks for a finished
 reply (0.5 s) are fixed in Flower 1.42 (flwr/supernode/start_client_internal.py): nothing sets them.
 With ``clientapp_executor="fork"`` (default) each SuperNode runs with ``--isolation process`` beside its own
-site executor (cli/deployment/site_executor.py: ClientApps forked from a warm process, authenticated by a
-secret); ``"subprocess"`` is Flower's default, a fresh ``flwr-clientapp`` process per message.
+site executor (site_executor.py: ClientApps forked from a warm process, authenticated by a secret);
+``"subprocess"`` is Flower's default, a fresh ``flwr-clientapp`` process per message.
 """
 
 from __future__ import annotations
@@ -45,16 +44,12 @@ from cli.deployment.processes import (
     free_port,
     port_open,
     read_log,
+    require_file,
     start_process,
     stop_processes,
     wait_exit,
 )
-from cli.deployment.site_executor import (
-    CLIENTAPP_EXECUTORS,
-    TASK_POLL_ENV,
-    site_executor_argv,
-    write_executor_secret,
-)
+from cli.deployment.site_executor import CLIENTAPP_EXECUTORS, TASK_POLL_ENV, site_executor_argv, write_executor_secret
 from cli.deployment.staging import ConfigValue, render_config
 from dirichlet_fl.files import write_atomically
 
@@ -76,14 +71,8 @@ class SuperNodeHandle:
     root_certificates: Path
     process: ManagedProcess
     node_id: int | None = None
-    executor: ManagedProcess | None = None  # its site executor (fork mode), else None (Flower's own)
-
-
-def require_file(path: Path, flag: str) -> Path:
-    """Return ``path`` resolved, or raise a one-line error naming the file and the flag it feeds."""
-    if not path.is_file():
-        raise DeploymentError(f"{flag}: file not found: {path}")
-    return path.resolve()
+    executor_secret: Path | None = None  # fork mode: the secret its site executor signs with (else None)
+    executor: ManagedProcess | None = None  # that executor, started once the SuperNode's Runtime API listens
 
 
 class Federation:
@@ -340,9 +329,7 @@ class Federation:
         argv = self.supernode_argv(keys, root, port := self._new_port(), config, trusted_entities, secret)
         node_id = self.register(keys, site) if register else None
         process = self._spawn(f"supernode-{site}", argv, workdir, workdir / "flwr-home")
-        executor = None if secret is None else self._spawn(
-            f"site-executor-{site}", site_executor_argv(port, secret, process.pid), workdir, workdir / "flwr-home")
-        handle = SuperNodeHandle(site, keys, dict(node_config), port, root, process, node_id, executor)
+        handle = SuperNodeHandle(site, keys, dict(node_config), port, root, process, node_id, secret)
         self.nodes.append(handle)
         if wait:
             self.await_nodes([handle])
@@ -354,8 +341,9 @@ class Federation:
         pending = list(nodes)
         while pending:
             for node in list(pending):
-                if _NODE_READY in read_log(node.process.log_path):
+                if _NODE_READY in read_log(node.process.log_path):  # its Runtime API listens from then on
                     pending.remove(node)
+                    self._start_executor(node)
                 elif not node.process.alive():
                     raise self._node_failure(node)
             if pending and time.monotonic() >= deadline:
@@ -365,6 +353,14 @@ class Federation:
                     f"{self.startup_timeout:.0f} s (log: {proc.log_path})"
                 )
             time.sleep(POLL_S if pending else 0)
+
+    def _start_executor(self, node: SuperNodeHandle) -> None:
+        """Start a fork-mode node's site executor, only once the node listens: a client dialing a port before it is
+        bound can take the port itself (a loopback self-connect), and the SuperNode then fails to start."""
+        if node.executor_secret is not None and node.executor is None:
+            argv = site_executor_argv(node.port, node.executor_secret, node.process.pid)
+            folder = node.executor_secret.parent
+            node.executor = self._spawn(f"site-executor-{node.site_id}", argv, folder, folder / "flwr-home")
 
     def _node_failure(self, node: SuperNodeHandle) -> DeploymentError:
         """Turn a SuperNode's early exit into a one-line error naming the cause and the log."""

@@ -139,6 +139,13 @@ class ManagedProcess:
         return {pid for pid, start in self.seen.items() if same_process(pid, start)}
 
 
+def require_file(path: Path, flag: str) -> Path:
+    """Return ``path`` resolved, or raise a one-line error naming the file and the flag it feeds."""
+    if not path.is_file():
+        raise DeploymentError(f"{flag}: file not found: {path}")
+    return path.resolve()
+
+
 def read_log(path: Path, tail: int | None = None) -> str:
     """A log file's text without ANSI colours (empty if absent); the last ``tail`` chars if given."""
     try:
