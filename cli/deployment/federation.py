@@ -25,7 +25,6 @@ import signal
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -51,28 +50,15 @@ from cli.deployment.processes import (
 )
 from cli.deployment.site_executor import CLIENTAPP_EXECUTORS, TASK_POLL_ENV, site_executor_argv, write_executor_secret
 from cli.deployment.staging import ConfigValue, render_config
+from cli.deployment.supernode_handle import SuperNodeHandle, node_failure
 from dirichlet_fl.files import write_atomically
 
 _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _NODE_READY = "SuperNode ID:"
+_PORT_TAKEN = "address already in use"
 TASK_POLL_S = 0.2
 """Seconds between a SuperExec's task polls: a message waits at most this long for its ClientApp process
 (Flower's default 1 s), for about 5 small loopback requests a second per SuperExec."""
-
-
-@dataclass
-class SuperNodeHandle:
-    """One started SuperNode: its site id, keys, node config, ports and process."""
-
-    site_id: int
-    keys: NodeKeys
-    node_config: dict[str, ConfigValue]
-    port: int
-    root_certificates: Path
-    process: ManagedProcess
-    node_id: int | None = None
-    executor_secret: Path | None = None  # fork mode: the secret its site executor signs with (else None)
-    executor: ManagedProcess | None = None  # that executor, started once the SuperNode's Runtime API listens
 
 
 class Federation:
@@ -338,14 +324,17 @@ class Federation:
     def await_nodes(self, nodes: Sequence[SuperNodeHandle]) -> None:
         """Poll each node's log until it reports its node id; diagnose an early exit or timeout."""
         deadline = time.monotonic() + self.startup_timeout
-        pending = list(nodes)
+        pending, moves = list(nodes), 0
         while pending:
             for node in list(pending):
                 if _NODE_READY in read_log(node.process.log_path):  # its Runtime API listens from then on
                     pending.remove(node)
                     self._start_executor(node)
+                elif not node.process.alive() and _PORT_TAKEN in read_log(node.process.log_path) and moves < 3:
+                    moves += 1  # its Runtime port was taken between its choice and its bind: another port
+                    self._restart_on_new_port(node)
                 elif not node.process.alive():
-                    raise self._node_failure(node)
+                    raise node_failure(node)
             if pending and time.monotonic() >= deadline:
                 proc = pending[0].process
                 raise DeploymentError(
@@ -354,6 +343,14 @@ class Federation:
                 )
             time.sleep(POLL_S if pending else 0)
 
+    def _restart_on_new_port(self, node: SuperNodeHandle) -> None:
+        """Start a SuperNode that could not bind its Runtime port again, with the same command on a new port."""
+        node.port = self._new_port()
+        argv = [str(arg) for arg in node.process.popen.args]  # type: ignore[union-attr]
+        argv[argv.index("--port") + 1] = str(node.port)
+        workdir = self.workdir / f"supernode-{node.site_id}"
+        node.process = self._spawn(node.process.name, argv, workdir, workdir / "flwr-home")
+
     def _start_executor(self, node: SuperNodeHandle) -> None:
         """Start a fork-mode node's site executor, only once the node listens: a client dialing a port before it is
         bound can take the port itself (a loopback self-connect), and the SuperNode then fails to start."""
@@ -361,22 +358,6 @@ class Federation:
             argv = site_executor_argv(node.port, node.executor_secret, node.process.pid)
             folder = node.executor_secret.parent
             node.executor = self._spawn(f"site-executor-{node.site_id}", argv, folder, folder / "flwr-home")
-
-    def _node_failure(self, node: SuperNodeHandle) -> DeploymentError:
-        """Turn a SuperNode's early exit into a one-line error naming the cause and the log."""
-        text = read_log(node.process.log_path)
-        where = f"(log: {node.process.log_path})"
-        if re.search(r"certificate verify failed|CERTIFICATE_VERIFY_FAILED", text, re.I):
-            return DeploymentError(
-                f"{node.process.name}: --root-certificates {node.root_certificates} did not "
-                f"verify the SuperLink's TLS certificate (wrong CA?) {where}"
-            )
-        if re.search(r"\[code: 2004\]|Failed to activate SuperNode", text):
-            return DeploymentError(
-                f"{node.process.name}: refused by the SuperLink: public key "
-                f"{node.keys.public_key} is not registered (flwr supernode register) {where}"
-            )
-        return DeploymentError(f"{node.process.name} exited before connecting: {failure_reason(text)} {where}")
 
     def registered_nodes(self) -> list[dict[str, object]]:
         """The SuperLink's node list (``flwr supernode list <connection> --format json``)."""

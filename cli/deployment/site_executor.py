@@ -197,7 +197,9 @@ def _run_task(spec: ExecutionSpec, run_task: Callable[..., None] | None) -> int:
         forget_checkout_modules()
         reseed_global_generators()
         if run_task is None:
-            from flwr.supernode.runtime.run_clientapp import run_clientapp as run_task
+            from flwr.supernode.runtime.run_clientapp import run_clientapp
+
+            run_task = run_clientapp
         root = spec.root_certificates_path
         run_task(
             runtime_api_address=spec.runtime_api_address,

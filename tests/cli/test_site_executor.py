@@ -15,7 +15,7 @@ import torch
 
 from cli.deployment import site_executor
 from cli.deployment.federation import Federation
-from cli.deployment.processes import DeploymentError
+from cli.deployment.processes import DeploymentError, read_log
 from cli.deployment.site_executor import (
     CHECKOUT,
     DEFAULT_POLL_S,
@@ -28,6 +28,7 @@ from cli.deployment.site_executor import (
     site_executor_argv,
     write_executor_secret,
 )
+from cli.deployment.supernode_handle import SuperNodeHandle
 from cli.main import main
 
 
@@ -215,3 +216,27 @@ def test_fork_mode_starts_each_supernode_with_process_isolation_and_a_private_se
                             str(secret), "--parent-pid", "4242"]
     with pytest.raises(DeploymentError, match="clientapp_executor='thread'"):
         Federation(tmp_path / "fed2", [], clientapp_executor="thread")
+
+
+def port_probe(taken: str) -> list[str]:
+    """Stands in for a SuperNode started with ``--port``: it cannot bind its Runtime API where ``taken`` holds
+    (a port, or ``any``), and connects anywhere else."""
+    script = ("import sys; port = sys.argv[sys.argv.index('--port') + 1]; "
+              f"print('[Errno 98] address already in use' if {taken!r} in (port, 'any') else 'SuperNode ID: 7')")
+    return [sys.executable, "-c", script, "--port", "1"]
+
+
+@pytest.mark.parametrize("taken", ["1", "any"])
+def test_a_supernode_whose_port_was_taken_starts_again_on_another(tmp_path: Path, taken: str) -> None:
+    federation = Federation(tmp_path / "fed", [], clientapp_executor="subprocess")
+    process = federation._spawn("supernode-0", port_probe(taken), tmp_path / "node", tmp_path / "home")
+    node = SuperNodeHandle(0, SimpleNamespace(), {}, 1, tmp_path / "ca", process)  # type: ignore[arg-type]
+    try:
+        if taken == "1":
+            federation.await_nodes([node])
+            assert node.port != 1 and "SuperNode ID: 7" in read_log(node.process.log_path)
+        else:  # three new ports, then the error names the cause
+            with pytest.raises(DeploymentError, match="supernode-0 exited before connecting: .*address already in use"):
+                federation.await_nodes([node])
+    finally:
+        federation.stop()
