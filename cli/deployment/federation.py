@@ -274,8 +274,7 @@ class Federation:
         that trusts no key is refused, since Flower would then verify nothing). With ``executor_secret`` it
         waits for the site's own SuperExec (``--isolation process``) and serves only one holding that secret."""
         pin = ["--trusted-entities", str(check_trusted_entities(trusted_entities))] if trusted_entities else []
-        if executor_secret is not None:
-            pin += ["--isolation", "process", "--superexec-auth-secret-file", str(executor_secret)]
+        own_executor = ["--isolation", "process", "--superexec-auth-secret-file", str(executor_secret)]
         return [
             executable("flower-supernode"),
             "--superlink", self.fleet_address,
@@ -286,6 +285,7 @@ class Federation:
             "--host", LOOPBACK,
             "--port", str(port),
             *pin,
+            *(own_executor if executor_secret is not None else []),
         ]  # fmt: skip
 
     def add_node(
