@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from cli.deployment.processes import exit_on_sigterm
-from cli.deployment.site_executor import DEFAULT_POLL_S, TASK_POLL_ENV, serve
+from cli.deployment.site_executor import TASK_POLL_ENV, TASK_POLL_S, serve
 
 PROG = "dirichlet-fl site-executor"
 POLL_RANGE = (0.01, 60.0)
@@ -32,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="the file the SuperNode was given with the same flag (raw bytes, not empty)")
     parser.add_argument("--poll-interval", type=float, default=None,
                         help=f"seconds between task requests, {POLL_RANGE[0]}-{POLL_RANGE[1]:g} (default: "
-                        f"${TASK_POLL_ENV} if set, else {DEFAULT_POLL_S})")
+                        f"${TASK_POLL_ENV} if set, else {TASK_POLL_S})")
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the SuperNode) ends")
     parser.set_defaults(func=run)
 
@@ -41,7 +41,7 @@ def poll_interval(args: argparse.Namespace) -> float | str:
     """The task poll in seconds (--poll-interval, else $FLWR_SUPEREXEC_TASK_POLL_INTERVAL, else the default), or
     a one-line message naming where an invalid value came from."""
     source, text = (("--poll-interval", str(args.poll_interval)) if args.poll_interval is not None
-                    else (TASK_POLL_ENV, os.environ.get(TASK_POLL_ENV, str(DEFAULT_POLL_S))))
+                    else (TASK_POLL_ENV, os.environ.get(TASK_POLL_ENV, str(TASK_POLL_S))))
     low, high = POLL_RANGE
     try:
         seconds = float(text)

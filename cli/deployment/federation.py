@@ -19,19 +19,29 @@ site executor (site_executor.py: ClientApps forked from a warm process, authenti
 from __future__ import annotations
 
 import atexit
-import json
 import re
 import signal
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from cli.deployment.app_signing import check_trusted_entities
 from cli.deployment.certificates import CertPaths, NodeKeys, make_certificates, make_node_keys
 from cli.deployment.fleet_gateway import FleetGateway
-from cli.deployment.flwr_output import EXIT_CODE, RUN_ID, CliResult, RunOutcome, first_int, json_field, json_text
+from cli.deployment.flwr_output import (
+    EXIT_CODE,
+    RUN_ID,
+    CliResult,
+    RunOutcome,
+    first_int,
+    json_field,
+    node_list,
+    run_status_of,
+    supernode_exit_reason,
+)
 from cli.deployment.processes import (
     LOOPBACK,
     POLL_S,
@@ -48,17 +58,34 @@ from cli.deployment.processes import (
     stop_processes,
     wait_exit,
 )
-from cli.deployment.site_executor import CLIENTAPP_EXECUTORS, TASK_POLL_ENV, site_executor_argv, write_executor_secret
+from cli.deployment.site_executor import (
+    CLIENTAPP_EXECUTORS,
+    TASK_POLL_ENV,
+    TASK_POLL_S,
+    site_executor_argv,
+    write_executor_secret,
+)
 from cli.deployment.staging import ConfigValue, render_config
-from cli.deployment.supernode_handle import SuperNodeHandle, node_failure
 from dirichlet_fl.files import write_atomically
 
 _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _NODE_READY = "SuperNode ID:"
 _PORT_TAKEN = "address already in use"
-TASK_POLL_S = 0.2
-"""Seconds between a SuperExec's task polls: a message waits at most this long for its ClientApp process
-(Flower's default 1 s), for about 5 small loopback requests a second per SuperExec."""
+
+
+@dataclass
+class SuperNodeHandle:
+    """One started SuperNode: its site id, keys, node config, ports and process."""
+
+    site_id: int
+    keys: NodeKeys
+    node_config: dict[str, ConfigValue]
+    port: int
+    root_certificates: Path
+    process: ManagedProcess
+    node_id: int | None = None
+    executor_secret: Path | None = None  # fork mode: the secret its site executor signs with (else None)
+    executor: ManagedProcess | None = None  # that executor, started once the SuperNode's Runtime API listens
 
 
 class Federation:
@@ -334,7 +361,9 @@ class Federation:
                     moves += 1  # its Runtime port was taken between its choice and its bind: another port
                     self._restart_on_new_port(node)
                 elif not node.process.alive():
-                    raise node_failure(node)
+                    reason = supernode_exit_reason(node.process.name, read_log(node.process.log_path),
+                                                   node.root_certificates, node.keys.public_key)
+                    raise DeploymentError(f"{reason} (log: {node.process.log_path})")
             if pending and time.monotonic() >= deadline:
                 proc = pending[0].process
                 raise DeploymentError(
@@ -364,11 +393,9 @@ class Federation:
         argv = [executable("flwr"), "supernode", "list", self.name, "--format", "json"]
         result = self._cli(argv, self.log_dir / "supernode-list.log", timeout=60)
         try:
-            payload = json.loads(json_text(result.stdout))
+            return node_list(result.stdout)
         except ValueError as err:
             raise DeploymentError(f"flwr supernode list: unreadable output: {err}") from err
-        nodes = payload.get("nodes", []) if isinstance(payload, dict) else payload
-        return list(nodes)
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -421,13 +448,7 @@ class Federation:
     def run_status(self, run_id: int) -> str | None:
         """The run's status as the SuperLink records it (e.g. ``finished:completed``)."""
         argv = [executable("flwr"), "list", self.name, "--run-id", str(run_id), "--format", "json"]
-        result = self._cli(argv, self.log_dir / f"flwr-list-{run_id}.log", timeout=60)
-        try:
-            payload = json.loads(json_text(result.stdout))
-            runs = payload.get("runs", [])
-            return str(runs[0]["status"]) if runs else None
-        except (ValueError, KeyError, IndexError, AttributeError):
-            return None
+        return run_status_of(self._cli(argv, self.log_dir / f"flwr-list-{run_id}.log", timeout=60).stdout)
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """What the `flwr` CLI prints, read back: a run's id and the ServerApp's exit code from `flwr run`'s stream,
-the JSON of `flwr list` and `flwr supernode` commands, and what one `flwr run` did (RunOutcome). Measured
-against flwr 1.42.0, whose `flwr run` exits 0 even when the ServerApp failed."""
+the JSON of `flwr list` and `flwr supernode` commands, what one `flwr run` did (RunOutcome), and why a
+SuperNode exited before connecting. Measured against flwr 1.42.0, whose `flwr run` exits 0 even when the
+ServerApp failed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from cli.deployment.processes import failure_reason
 
 EXIT_CODE = re.compile(r"Exit Code: (\d+)")
 
@@ -61,3 +64,29 @@ def json_field(stdout: str, key: str) -> object | None:
     except ValueError:
         return None
     return payload.get(key) if isinstance(payload, dict) else None
+
+
+def node_list(stdout: str) -> list[dict[str, object]]:
+    """The nodes `flwr supernode list --format json` printed (ValueError when the output is not JSON)."""
+    payload = json.loads(json_text(stdout))
+    return list(payload.get("nodes", []) if isinstance(payload, dict) else payload)
+
+
+def run_status_of(stdout: str) -> str | None:
+    """The status of the run `flwr list --run-id N --format json` printed (e.g. ``finished:completed``), or None."""
+    try:
+        runs = json.loads(json_text(stdout)).get("runs", [])
+        return str(runs[0]["status"]) if runs else None
+    except (ValueError, KeyError, IndexError, AttributeError):
+        return None
+
+
+def supernode_exit_reason(name: str, log: str, root_certificates: Path, public_key: Path) -> str:
+    """One line on why SuperNode ``name`` exited before connecting, from its ``log``: a CA that did not verify the
+    SuperLink's certificate, a key the SuperLink does not know, else the log's own failure line."""
+    if re.search(r"certificate verify failed|CERTIFICATE_VERIFY_FAILED", log, re.I):
+        return (f"{name}: --root-certificates {root_certificates} did not verify the SuperLink's TLS certificate "
+                "(wrong CA?)")
+    if re.search(r"\[code: 2004\]|Failed to activate SuperNode", log):
+        return f"{name}: refused by the SuperLink: public key {public_key} is not registered (flwr supernode register)"
+    return f"{name} exited before connecting: {failure_reason(log)}"

@@ -63,8 +63,10 @@ PRELOAD = (
 third-party packages of the site's environment; the app's own modules come from the bundle in each child."""
 CHECKOUT = Path(__file__).resolve().parents[2]
 """The source tree the executor runs from: a child forgets every module loaded from it."""
-DEFAULT_POLL_S = 0.2
-"""Seconds between two task requests unless TASK_POLL_ENV says otherwise (Flower's SuperExec waits 1 s)."""
+TASK_POLL_S = 0.2
+"""Seconds between a SuperExec's task polls unless TASK_POLL_ENV says otherwise, here and in every process of the
+pilot: a message waits at most this long for its ClientApp (Flower's default 1 s), for about 5 small loopback
+requests a second per SuperExec."""
 TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 """Flower's variable for a SuperExec's task poll (0.01-60 s); this executor reads it too."""
 CLIENTAPP_EXECUTORS = ("fork", "subprocess")
@@ -226,7 +228,7 @@ def serve(
     runtime_api_address: str,
     *,
     auth_secret: bytes | None = None,
-    poll_s: float = DEFAULT_POLL_S,
+    poll_s: float = TASK_POLL_S,
     parent_pid: int | None = None,
     preload_modules: Iterable[str] = PRELOAD,
 ) -> None:

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from cli.deployment import site_executor
-from cli.deployment.federation import Federation
+from cli.deployment.federation import Federation, SuperNodeHandle
 from cli.deployment.processes import DeploymentError, read_log
 from cli.deployment.site_executor import (
     CHECKOUT,
-    DEFAULT_POLL_S,
     TASK_POLL_ENV,
+    TASK_POLL_S,
     ForkingExecutor,
     checkout_package,
     forget_checkout_modules,
@@ -28,7 +28,6 @@ from cli.deployment.site_executor import (
     site_executor_argv,
     write_executor_secret,
 )
-from cli.deployment.supernode_handle import SuperNodeHandle
 from cli.main import main
 
 
@@ -187,7 +186,7 @@ def test_the_poll_comes_from_the_flag_else_flowers_variable_else_the_default(mon
     from cli.site_executor import poll_interval
 
     monkeypatch.delenv(TASK_POLL_ENV, raising=False)
-    assert poll_interval(SimpleNamespace(poll_interval=None)) == DEFAULT_POLL_S
+    assert poll_interval(SimpleNamespace(poll_interval=None)) == TASK_POLL_S
     monkeypatch.setenv(TASK_POLL_ENV, "2.5")
     assert poll_interval(SimpleNamespace(poll_interval=None)) == 2.5
     assert poll_interval(SimpleNamespace(poll_interval=0.5)) == 0.5
@@ -230,7 +229,8 @@ def port_probe(taken: str) -> list[str]:
 def test_a_supernode_whose_port_was_taken_starts_again_on_another(tmp_path: Path, taken: str) -> None:
     federation = Federation(tmp_path / "fed", [], clientapp_executor="subprocess")
     process = federation._spawn("supernode-0", port_probe(taken), tmp_path / "node", tmp_path / "home")
-    node = SuperNodeHandle(0, SimpleNamespace(), {}, 1, tmp_path / "ca", process)  # type: ignore[arg-type]
+    keys = SimpleNamespace(public_key=tmp_path / "key.pub")
+    node = SuperNodeHandle(0, keys, {}, 1, tmp_path / "ca", process)  # type: ignore[arg-type]
     try:
         if taken == "1":
             federation.await_nodes([node])
