@@ -53,8 +53,9 @@ config): a run config that sets one is refused, so that a site never opens a fil
 
 
 def on_deployment_engine() -> bool:
-    """Whether this process is a SuperNode's ClientApp process (Flower's `flwr-clientapp`, which imports
-    its runtime module to pull the message), not a simulation's actor or a test."""
+    """Whether this process is a SuperNode's ClientApp process (Flower's `flwr-clientapp`, or a child that a
+    site's executor forked for the message: both import Flower's runtime module to pull it), not a
+    simulation's actor or a test."""
     return "flwr.supernode.runtime.run_clientapp" in sys.modules
 
 
