@@ -244,7 +244,7 @@ class Federation:
                     time.sleep(POLL_S)
                 return
             except DeploymentError:
-                if attempt == attempts or "address already in use" not in read_log(self.superlink.log_path):
+                if attempt == attempts or _PORT_TAKEN not in read_log(self.superlink.log_path):
                     raise
 
     def write_connection(self) -> Path:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cli.deployment.processes import LOOPBACK, executable, pid_alive
+from dirichlet_fl.files import write_atomically
 
 if TYPE_CHECKING:  # Flower is imported when the executor serves, not when the command registers
     from flwr.supercore.constant import TaskType
@@ -78,12 +79,8 @@ SECRET_FILE = "superexec-auth.secret"
 
 def write_executor_secret(folder: Path) -> Path:
     """A fresh random secret for one SuperNode and its site executor in ``folder``, readable by its owner only."""
-    path = folder / SECRET_FILE
     folder.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(secrets.token_bytes(SECRET_BYTES))
+    write_atomically(path := folder / SECRET_FILE, secrets.token_bytes(SECRET_BYTES), mode=0o600)
     return path
 
 
@@ -230,11 +227,10 @@ def serve(
     auth_secret: bytes | None = None,
     poll_s: float = TASK_POLL_S,
     parent_pid: int | None = None,
-    preload_modules: Iterable[str] = PRELOAD,
 ) -> None:
     """Ask the SuperNode at ``runtime_api_address`` for ClientApp tasks and fork one child per task, until
-    ``parent_pid`` (the SuperNode) is gone or SIGTERM arrives. ``preload_modules`` are imported once, when the
-    first task arrives, before its child is forked."""
+    ``parent_pid`` (the SuperNode) is gone or SIGTERM arrives. PRELOAD is imported once, when the first task
+    arrives, before its child is forked."""
     from flwr.proto.runtime_pb2 import AcquireTaskRequest
     from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor, SuperExecAuthHttpInterceptor
     from flwr.supercore.retry import make_simple_http_retry_invoker
@@ -254,6 +250,8 @@ def serve(
     pending = None  # a task acquired at the last poll, started at this one
     plugin = AutoExecPlugin(runtime_api_address=runtime_api_address, insecure=True, root_certificates_path=None,
                             runtime_dependency_install=False, executor=executor)
+    types, _ = executor.get_eligible_capacity(set(plugin.supported_task_types))
+    request = AcquireTaskRequest(supported_task_types=types, agentapp_fab_hashes=[])
     try:
         while parent_pid is None or pid_alive(parent_pid):
             executor.reconcile()
@@ -262,12 +260,11 @@ def serve(
                 if launched.status != LaunchResultStatus.ACCEPTED:  # the task then expires at the SuperNode
                     print(f"site executor: task {pending.task.task_id} not started: {launched.message}", flush=True)
                 pending = None
-            types, _ = executor.get_eligible_capacity(set(plugin.supported_task_types))
-            reply = client.AcquireTask(AcquireTaskRequest(supported_task_types=types, agentapp_fab_hashes=[]))
+            reply = client.AcquireTask(request)
             if reply.HasField("task") and reply.token:
                 pending = reply
                 if warm is None:  # at the first task: a site that never gets one never pays for the imports
-                    warm = preload(preload_modules)
+                    warm = preload()
                     print(f"site executor: preloaded {', '.join(warm)}", flush=True)
             time.sleep(poll_s)
     finally:
