@@ -40,9 +40,10 @@ def simulate(
     address "local") even where a `ray start` cluster or $RAY_ADDRESS is about, which a plain
     `ray.init()` would join silently. `ray_num_cpus` caps the CPUs that private instance may use (None: every
     core), and with them the actors: 1 runs one actor, which serves every client in turn (each actor is a process
-    that imports torch and the app, seconds of CPU before its first message). Ray's dashboard is off (nothing
-    here reads it); Ray 2.55 still starts a minimal API server and a dashboard agent per node (BENCHMARKS.md,
-    section 6.1)."""
+    that imports torch and the app, seconds of CPU before its first message). A private instance prestarts none of
+    Ray's task workers (one per CPU otherwise, each a process that imports Ray), which actors never use. Ray's
+    dashboard is off (nothing here reads it); Ray 2.55 still starts a minimal API server and a dashboard agent per
+    node (BENCHMARKS.md, section 6.1)."""
     if ray_address is not None and ray_num_cpus is not None:
         raise ValueError(f"ray_num_cpus={ray_num_cpus} with ray_address={ray_address!r}: a running Ray cluster has "
                          "its own CPUs; give one of the two")
@@ -60,6 +61,8 @@ def simulate(
     context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
     init_args: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": True, "include_dashboard": False,
                                  "address": "local" if ray_address is None else ray_address}
+    if ray_address is None:  # Flower's clients are actors: a private instance needs none of Ray's pooled task workers
+        init_args["_system_config"] = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
     if ray_num_cpus is not None:
         init_args["num_cpus"] = ray_num_cpus
     backend_config: dict[str, dict[str, Any]] = {

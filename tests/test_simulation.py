@@ -160,3 +160,22 @@ def test_a_bad_ray_cpu_count_is_refused_before_ray_starts(tmp_path: Path, kwargs
         simulate({"results-dir": str(tmp_path)}, num_supernodes=2, **kwargs)
     assert words in str(raised.value)
     assert not any(tmp_path.iterdir())  # nothing ran
+
+
+@pytest.mark.parametrize(("address", "expected"), [
+    (None, {"enable_worker_prestart": False, "prestart_worker_first_driver": False}),
+    ("auto", None),  # a running cluster keeps its own settings (Ray refuses a _system_config when joining)
+])
+def test_a_private_ray_instance_starts_no_task_worker_for_actors_only_clients(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, address: str | None, expected: dict | None
+) -> None:
+    """Flower's clients are Ray actors, each in a worker of its own: the idle task workers Ray would prestart
+    (one per CPU, each importing Ray) serve nothing."""
+    import dirichlet_fl.simulation as simulation
+
+    seen: dict = {}
+    monkeypatch.setattr(simulation, "_run_simulation", lambda **kwargs: seen.update(kwargs))
+    simulate({"results-dir": str(tmp_path)}, num_supernodes=2, ray_address=address)
+    init_args = seen["backend_config"]["init_args"]
+    assert init_args.get("_system_config") == expected
+    assert init_args["include_dashboard"] is False and init_args["address"] == (address or "local")

@@ -1,4 +1,5 @@
-"""Pictures of run folders: curves.png (written after every round) and `dirichlet-fl plot` overlays.
+"""Pictures of run folders: curves.png (dirichlet_fl.runs.writer draws it as a run goes) and
+`dirichlet-fl plot` overlays.
 
 Read from a run folder's rounds.csv and ledger.csv (dirichlet_fl.runs.writer), so a picture shows exactly
 what the files hold. Three panels: central test accuracy (with balanced accuracy and macro AUC, dashed

@@ -12,7 +12,8 @@ from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.config_groups import OutputConfig
-from dirichlet_fl.runs.reader import load_round_updates
+from dirichlet_fl.runs import writer as run_writer
+from dirichlet_fl.runs.reader import load_round_updates, read_rows
 from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
 
@@ -53,12 +54,42 @@ def test_each_round_is_on_disk_before_the_next(tmp_path) -> None:
                       ("2", "0", "trained", "0.9"), ("2", "1", "refused", "0.4")]
     with open(tmp_path / "run" / "ledger.csv") as handle:
         assert [row["learning_rate"] for row in csv.DictReader(handle)] == ["2.0", "3.0", "2.0", "3.0"]
-    assert (tmp_path / "run" / "curves.png").stat().st_size > 1000  # redrawn after every round
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 1000  # drawn when the run finishes
     clients = {client["id"]: client for client in summary["clients"]}
     assert clients[0]["epsilon"] == 0.9 and clients[0]["steps"] == 20
     assert clients[1]["refused_rounds"] == 1 and clients[1]["epsilon"] == 0.4
     assert summary["max_epsilon"] == 0.9 and summary["rounds"] == 2
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == summary
+
+
+def test_curves_are_redrawn_once_their_interval_passed_and_always_at_the_end(tmp_path, monkeypatch) -> None:
+    """Fast rounds are not each drawn (a drawing costs as much as a small round); a run that never finishes still
+    gets its picture once the interval passed; the finished run's picture shows every round."""
+    drawn: list[int] = []
+    monkeypatch.setattr(run_writer, "plot_runs",
+                        lambda dirs, path: drawn.append(len(read_rows(dirs[0] / "rounds.csv"))))
+    now = [0.0]
+    monkeypatch.setattr(run_writer.time, "monotonic", lambda: now[0])
+    config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run"))
+    writer = RunWriter.create(config, num_clients=1, covers="the outputs")  # at 0 s
+
+    def round_at(seconds: float, server_round: int) -> None:
+        now[0] = seconds
+        writer.record_round(RoundRecord(server_round, trained={0: trained(0, 0.1 * server_round, 1)}), weights(1.0), {})
+
+    round_at(1.0, 1)
+    round_at(9.9, 2)
+    assert drawn == []
+    round_at(10.0, 3)
+    assert drawn == [3]  # 10 s after the start: rounds 1 to 3
+    round_at(12.0, 4)
+    assert drawn == [3]
+    now[0] = 13.0
+    writer.finish({"accuracy": 0.5}, assumptions_hold=True)
+    assert drawn == [3, 4]  # the end: every round
+    writer.finish({"accuracy": 0.5}, assumptions_hold=True)
+    assert drawn == [3, 4]  # nothing new: not drawn again
+    assert run_writer.CURVES_EVERY_S == 10.0  # README.md and docs/run-folder.md say 10 s
 
 
 def test_a_second_run_with_the_same_name_gets_its_own_folder(tmp_path) -> None:
