@@ -73,17 +73,22 @@ def stop(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def flwr(arguments: list[str], flwr_home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`flwr ARGUMENTS` from `cwd`, where a local SuperLink that it starts will live."""
+    env = {**os.environ, "FLWR_HOME": str(flwr_home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+           "FLWR_TELEMETRY_ENABLED": "0", "PATH": f"{FLWR.parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([str(FLWR), *arguments], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+
+
 def flwr_run(
     app: Path, flwr_home: Path, cwd: Path, results: Path, run_config: str = RUN_CONFIG,
     federation: tuple[str, ...] = ("--federation-config", "num-supernodes=2"),
 ) -> subprocess.CompletedProcess[str]:
     """`flwr run APP` from `cwd` (where a SuperLink it starts will live), by default 2 simulated clients,
     one round."""
-    env = {**os.environ, "FLWR_HOME": str(flwr_home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-           "FLWR_TELEMETRY_ENABLED": "0", "PATH": f"{FLWR.parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("PYTHONPATH", None)
-    command = [str(FLWR), "run", str(app), "--stream", *federation, "--run-config", run_config.format(results=results)]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+    return flwr(["run", str(app), "--stream", *federation, "--run-config", run_config.format(results=results)],
+                flwr_home, cwd)
 
 
 @pytest.fixture
@@ -112,7 +117,9 @@ def test_a_checkout_on_the_workers_path_never_trains_silently(tmp_path: Path, fl
     marker = tmp_path / "marker"
     second = copy_checkout(tmp_path / "second", marker)
     first = plain_copy(tmp_path / "first")
-    flwr_run(first, flwr_home, first, tmp_path / "results")  # a SuperLink whose workers start inside checkout 1
+    listed = flwr(["ls"], flwr_home, first)  # starts the local SuperLink inside checkout 1, where its workers start
+    assert [Path(f"/proc/{pid}/cwd").resolve() for pid in superlink_pids(flwr_home)] == [first.resolve()], (
+        listed.stdout[-2000:] + listed.stderr[-2000:])
     stale = flwr_run(second, flwr_home, second, tmp_path / "results")
     output = stale.stdout + stale.stderr
     refused = "refused to join" in output and "differs from the submitted app" in output

@@ -1,9 +1,13 @@
 """Split a training set's example indices among federated clients, and show who holds which labels.
 
-`iid`, `dirichlet` and `pathological` use flwr-datasets' own partitioners (run on a table of labels
-and example indices, whose index column is read back), so the splits are the ones the Flower
-literature means by those names; `natural` reads a site assignment from a CSV file. Every result
-assigns each training example to exactly one client, leaves no client empty and is fixed by the seed.
+`iid`, `dirichlet` and `pathological` are flwr-datasets' partitioners, so the splits are the ones the Flower
+literature means by those names: `pathological` runs flwr-datasets' own (on a table of labels and example
+indices, whose index column is read back); `iid` and `dirichlet`, which every simulated client computes,
+are flwr-datasets 0.6.1's algorithms in numpy, draw for draw (tests/dirichlet_fl/test_partition.py checks
+them against flwr-datasets' own), because importing flwr-datasets and datasets costs each client process
+(a Ray actor, a SuperNode's ClientApp) about a second and a half of CPU. `natural` reads a site assignment
+from a CSV file. Every result assigns each training example to exactly one client, leaves no client empty
+and is fixed by the seed.
 """
 
 from __future__ import annotations
@@ -55,9 +59,7 @@ def partition_indices(
     if partitioner == "natural":
         parts = _natural_parts(labels, num_clients, site_file)
     elif partitioner == "iid":
-        from flwr_datasets.partitioner import IidPartitioner  # flwr-datasets and datasets: imported on use
-
-        parts = _flwr_parts(labels, IidPartitioner(num_partitions=num_clients), shuffle_seed=seed)
+        parts = _iid_parts(len(labels), num_clients, seed)
     elif partitioner == "dirichlet":
         parts = _dirichlet_parts(labels, num_clients, beta, min_partition_size, seed)
     else:
@@ -76,16 +78,11 @@ def _as_labels(labels: np.ndarray) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _flwr_parts(labels: np.ndarray, partitioner: Partitioner, shuffle_seed: int | None = None) -> list[np.ndarray]:
-    """Run a flwr-datasets partitioner on a (label, index) table and read back each partition's indices.
+def _flwr_parts(labels: np.ndarray, partitioner: Partitioner) -> list[np.ndarray]:
+    """Run a flwr-datasets partitioner on a (label, index) table and read back each partition's indices."""
+    import datasets  # flwr-datasets and datasets: imported on use
 
-    flwr-datasets' IidPartitioner cuts contiguous shards; `shuffle_seed` shuffles the table first so
-    that the shards are random.
-    """
-    import datasets
-
-    table = datasets.Dataset.from_dict({"label": labels, "index": np.arange(len(labels))})
-    partitioner.dataset = table if shuffle_seed is None else table.shuffle(seed=shuffle_seed)
+    partitioner.dataset = datasets.Dataset.from_dict({"label": labels, "index": np.arange(len(labels))})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # retries and unused classes: checked by the callers
         return [
@@ -94,10 +91,24 @@ def _flwr_parts(labels: np.ndarray, partitioner: Partitioner, shuffle_seed: int 
         ]
 
 
+def _iid_parts(num_examples: int, num_clients: int, seed: int) -> list[np.ndarray]:
+    """flwr-datasets' IidPartitioner on a table shuffled with `seed`: datasets' Dataset.shuffle permutes by
+    numpy's default_rng(seed), and the partitioner cuts contiguous shards, the first `num_examples mod
+    num_clients` one example longer (datasets' Dataset.shard)."""
+    order = np.random.default_rng(seed).permutation(num_examples)
+    return [np.sort(shard) for shard in np.array_split(order, num_clients)]
+
+
+DIRICHLET_DRAWS = 11
+"""flwr-datasets' DirichletPartitioner draws at most this often (a first draw and 10 redraws) before it gives up."""
+
+
 def _dirichlet_parts(
     labels: np.ndarray, num_clients: int, beta: float, min_partition_size: int, seed: int
 ) -> list[np.ndarray]:
-    """flwr-datasets' DirichletPartitioner (alpha=beta, no self-balancing), with errors that name the fix."""
+    """flwr-datasets' DirichletPartitioner (alpha=beta, no self-balancing), with errors that name the fix: per
+    class in sorted order, proportions drawn from Dirichlet(beta, ..., beta) by numpy's default_rng(seed) cut
+    the class's indices in order; the whole draw is repeated while a client holds under `min_partition_size`."""
     if not (np.isfinite(beta) and beta > 0):
         raise ValueError(f"beta={beta} must be a finite number > 0 (small: skewed labels; large: near IID)")
     if not 1 <= min_partition_size <= len(labels) // num_clients:
@@ -105,24 +116,23 @@ def _dirichlet_parts(
             f"min_partition_size={min_partition_size} must be in [1, {len(labels) // num_clients}] "
             f"({len(labels)} examples over num_clients={num_clients})"
         )
-    from flwr_datasets.partitioner import DirichletPartitioner
-
-    partitioner = DirichletPartitioner(
-        num_partitions=num_clients,
-        partition_by="label",
-        alpha=float(beta),
-        min_partition_size=min_partition_size,
-        self_balancing=False,
-        seed=seed,
+    rng = np.random.default_rng(seed)
+    alpha = np.full(num_clients, float(beta))
+    by_class = [np.nonzero(labels == k)[0] for k in np.unique(labels)]
+    for _ in range(DIRICHLET_DRAWS):
+        pieces: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for indices in by_class:
+            cuts = (np.cumsum(rng.dirichlet(alpha)) * len(indices)).astype(int)[:-1]
+            for client, piece in enumerate(np.split(indices, cuts)):
+                pieces[client].append(piece)
+        parts = [np.sort(np.concatenate(client_pieces)) for client_pieces in pieces]
+        if min(len(part) for part in parts) >= min_partition_size:
+            return parts
+    raise ValueError(
+        f"partitioner='dirichlet': no draw with beta={beta} gave all num_clients={num_clients} clients "
+        f"at least min_partition_size={min_partition_size} examples ({DIRICHLET_DRAWS} draws, as flwr-datasets "
+        f"makes); raise beta, lower num_clients or lower min_partition_size"
     )
-    try:
-        return _flwr_parts(labels, partitioner)
-    except ValueError as error:
-        raise ValueError(
-            f"partitioner='dirichlet': no draw with beta={beta} gave all num_clients={num_clients} clients "
-            f"at least min_partition_size={min_partition_size} examples (flwr-datasets: {error}); "
-            f"raise beta, lower num_clients or lower min_partition_size"
-        ) from error
 
 
 def _pathological_parts(labels: np.ndarray, num_clients: int, classes_per_client: int, seed: int) -> list[np.ndarray]:

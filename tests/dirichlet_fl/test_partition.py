@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +170,64 @@ def test_plot_label_counts_writes_a_png(tmp_path: Path, labels: np.ndarray) -> N
         path = tmp_path / "plots" / f"counts{clients}.png"
         plot_label_counts(counts, str(path), f"{clients} clients")
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def flwr_datasets_split(labels: np.ndarray, num_clients: int, partitioner: str, seed: int, beta: float = 0.5,
+                        min_partition_size: int = 1) -> tuple[list[np.ndarray], int]:
+    """flwr-datasets' own IidPartitioner (on the table shuffled by datasets) or DirichletPartitioner, run on a
+    (label, index) table; returns each partition's sorted indices and how many draws it rejected."""
+    import datasets
+    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner
+
+    table = datasets.Dataset.from_dict({"label": labels, "index": np.arange(len(labels))})
+    if partitioner == "iid":
+        reference = IidPartitioner(num_partitions=num_clients)
+        reference.dataset = table.shuffle(seed=seed)
+    else:
+        reference = DirichletPartitioner(num_partitions=num_clients, partition_by="label", alpha=beta,
+                                         min_partition_size=min_partition_size, self_balancing=False, seed=seed)
+        reference.dataset = table
+    with warnings.catch_warnings(record=True) as rejected:
+        warnings.simplefilter("always")
+        parts = [np.sort(np.asarray(reference.load_partition(i)["index"], dtype=np.int64)) for i in range(num_clients)]
+    return parts, len(rejected)
+
+
+@pytest.mark.parametrize(("num_clients", "seed"), [(1, 0), (7, 1), (10, 42), (33, 0), (33, 1), (3000, 42)])
+def test_iid_is_flwr_datasets_split_draw_for_draw(labels: np.ndarray, num_clients: int, seed: int) -> None:
+    ours = partition_indices(labels, num_clients, "iid", seed=seed)
+    reference, _ = flwr_datasets_split(labels, num_clients, "iid", seed)
+    assert len(ours) == len(reference) and all(np.array_equal(a, b) for a, b in zip(ours, reference))
+
+
+@pytest.mark.parametrize(("beta", "num_clients", "min_partition_size", "seed", "redraws"), [
+    (0.5, 10, 1, 0, 0), (0.05, 10, 1, 3, 0), (1.0, 33, 1, 42, 0), (100.0, 7, 1, 1, 0), (0.5, 1, 1, 0, 0),
+    (0.3, 20, 40, 1, 2), (0.1, 10, 60, 0, 4), (0.1, 10, 60, 1, 3),  # redrawn until every client holds enough
+])
+def test_dirichlet_is_flwr_datasets_split_draw_for_draw(
+    labels: np.ndarray, beta: float, num_clients: int, min_partition_size: int, seed: int, redraws: int
+) -> None:
+    ours = partition_indices(labels, num_clients, "dirichlet", beta=beta, seed=seed,
+                             min_partition_size=min_partition_size)
+    reference, rejected = flwr_datasets_split(labels, num_clients, "dirichlet", seed, beta, min_partition_size)
+    assert rejected == redraws  # the redraw path is the one under test where redraws > 0
+    assert len(ours) == len(reference) and all(np.array_equal(a, b) for a, b in zip(ours, reference))
+
+
+def test_dirichlet_gives_up_where_flwr_datasets_does(labels: np.ndarray) -> None:
+    with pytest.raises(ValueError, match="after 10 attempts|max number of attempts"):
+        flwr_datasets_split(labels, 100, "dirichlet", 0, beta=0.01, min_partition_size=25)
+    with pytest.raises(ValueError, match="11 draws, as flwr-datasets makes"):
+        partition_indices(labels, 100, "dirichlet", beta=0.01, min_partition_size=25)
+
+
+def test_iid_and_dirichlet_import_neither_flwr_datasets_nor_datasets() -> None:
+    """Each simulated client computes its split: these two cost it no import of flwr-datasets (nor its plots)."""
+    code = ("import sys, numpy as np\n"
+            "from dirichlet_fl.data.partition import partition_indices\n"
+            "labels = np.arange(100) % 10\n"
+            "partition_indices(labels, 5, 'iid'); partition_indices(labels, 5, 'dirichlet')\n"
+            "print(sorted(m for m in ('flwr_datasets', 'datasets', 'matplotlib') if m in sys.modules))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           cwd=Path(__file__).resolve().parents[2])
+    assert found.stdout.strip() == "[]", found.stderr[-2000:]
