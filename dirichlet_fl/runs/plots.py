@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import csv
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from dirichlet_fl.files import atomic_path
 
 CURVES_FILE = "curves.png"
+CURVES_EVERY_S = 10.0
+"""A run's curves.png is redrawn after a round once this many seconds have passed since it was last drawn (or
+since the run started), and always when the run finishes: a drawing (matplotlib) costs a good part of a second
+of CPU, as much as a whole round of a small simulation."""
 
 
 @dataclass(frozen=True)
@@ -150,3 +155,24 @@ def _largest_epsilons(axis, runs: list[RunCurves]) -> None:
 def plot_runs(run_dirs: list[str | Path], path: str | Path) -> None:
     """Overlay the curves of several run folders (one folder: every client's eps) in one picture."""
     draw_curves([read_curves(directory) for directory in run_dirs], path)
+
+
+class RunCurvesFile:
+    """A run folder's curves.png as the run goes: redrawn from the folder's rows after a round once CURVES_EVERY_S
+    passed since its last drawing, and by draw() (the run's end) whenever a round came since."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.drawn_at = time.monotonic()
+        self.stale = False
+        """Whether rounds.csv holds a round that the picture does not show yet."""
+
+    def round_written(self) -> None:
+        self.stale = True
+        if time.monotonic() - self.drawn_at >= CURVES_EVERY_S:
+            self.draw()
+
+    def draw(self) -> None:
+        if self.stale:
+            plot_runs([self.directory], self.directory / CURVES_FILE)
+            self.drawn_at, self.stale = time.monotonic(), False

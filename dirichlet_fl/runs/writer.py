@@ -9,8 +9,8 @@ sampled 10 at a time write about 10 rows a round, not 10,000), model.pt (the glo
 weights of the last complete round), checkpoint.pt (everything a resumed run needs: the round, the
 weights, the strategy's state and every client's standing), ledgers/ (each simulated client's run
 state file, client/durable/run_state_file.py), curves.png (accuracy, loss and every
-client's eps against its target, redrawn after a round at most every CURVES_EVERY_S seconds and when the run
-finishes; dirichlet_fl.runs.plots) and summary.json
+client's eps against its target, redrawn after a round at most every plots.CURVES_EVERY_S seconds and when the
+run finishes; dirichlet_fl.runs.plots) and summary.json
 (written at the end, with the run's `status`: completed, stopped-no-client-can-train or failed; above
 CLIENTS_IN_SUMMARY clients its per-client list goes to clients.csv instead, one row per client that was
 ever sampled or skipped). The writer holds a standing only for clients that were sampled or skipped (a
@@ -52,7 +52,7 @@ from dirichlet_fl.metrics import (
     recalls_of,
 )
 from dirichlet_fl.protocol import NOISE_FROM_SECRET, NOISE_FROM_SEED, NOISE_SECURE
-from dirichlet_fl.runs.plots import CURVES_FILE, plot_runs
+from dirichlet_fl.runs.plots import RunCurvesFile
 from dirichlet_fl.runs.reader import (
     CHECKPOINT,
     UPDATES_DIR,
@@ -93,10 +93,6 @@ LEDGER_COLUMNS = [
 CLIENTS_IN_SUMMARY = 1000
 """Up to this many clients summary.json lists every client; above, clients.csv lists those with a standing."""
 CLIENTS_FILE = "clients.csv"
-CURVES_EVERY_S = 10.0
-"""curves.png is redrawn after a round once this many seconds have passed since it was last drawn (or since the
-run started), and always when the run finishes: a drawing (matplotlib) costs a good part of a second of CPU,
-as much as a whole round of a small simulation."""
 CLIENT_COLUMNS = ["id", "target_epsilon", "epsilon", "delta", "steps", "sample_rate", "learning_rate", "r",
                   "noise_multiplier", "refused_rounds", "failed_rounds", "client_level_epsilon"]
 """clients.csv's columns: summary.json's per-client fields (r or noise_multiplier empty when not the mechanism's)."""
@@ -228,9 +224,7 @@ class RunWriter:
         self.noise: set[str] = set()
         self.client_level: dict[str, float] = {}
         self.started = time.monotonic()
-        self.curves_drawn_at = self.started
-        self.curves_stale = False
-        """Whether rounds.csv holds a round that curves.png does not show yet."""
+        self.curves = RunCurvesFile(directory)
 
     @classmethod
     def create(cls, config: RunConfig, num_clients: int, covers: str, num_classes: int = 0) -> RunWriter:
@@ -326,16 +320,8 @@ class RunWriter:
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         write_atomically(self.directory / CHECKPOINT, buffer.getvalue())
-        self.curves_stale = True
-        if time.monotonic() - self.curves_drawn_at >= CURVES_EVERY_S:
-            self.draw_curves()
+        self.curves.round_written()
         return row
-
-    def draw_curves(self) -> None:
-        """Redraw curves.png from the rows on disk, if a round came since it was last drawn."""
-        if self.curves_stale:
-            plot_runs([self.directory], self.directory / CURVES_FILE)
-            self.curves_drawn_at, self.curves_stale = time.monotonic(), False
 
     def _watch_dead(self, central_recalls: list[float]) -> None:
         """Continue the dead-class streaks with one more round's central recalls (rounds run in order)."""
@@ -459,7 +445,7 @@ class RunWriter:
             summary |= {"clients_file": CLIENTS_FILE, "clients_listed": len(entries),
                         "clients_not_listed": "never sampled: eps 0 of their target, no steps"}
         _write_json(self.directory / "summary.json", summary)
-        self.draw_curves()
+        self.curves.draw()
         return summary | {"clients": entries}
 
     def _client_entry(self, client: int, standing: ClientStanding) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from flwr.app import ArrayRecord
 
 from dirichlet_fl.config import RunConfig
 from dirichlet_fl.config_groups import OutputConfig
-from dirichlet_fl.runs import writer as run_writer
+from dirichlet_fl.runs import plots
 from dirichlet_fl.runs.reader import load_round_updates, read_rows
 from dirichlet_fl.runs.writer import RoundRecord, RunWriter
 
@@ -66,10 +66,10 @@ def test_curves_are_redrawn_once_their_interval_passed_and_always_at_the_end(tmp
     """Fast rounds are not each drawn (a drawing costs as much as a small round); a run that never finishes still
     gets its picture once the interval passed; the finished run's picture shows every round."""
     drawn: list[int] = []
-    monkeypatch.setattr(run_writer, "plot_runs",
+    monkeypatch.setattr(plots, "plot_runs",
                         lambda dirs, path: drawn.append(len(read_rows(dirs[0] / "rounds.csv"))))
     now = [0.0]
-    monkeypatch.setattr(run_writer.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(plots.time, "monotonic", lambda: now[0])
     config = RunConfig(output=OutputConfig(results_dir=str(tmp_path), run_name="run"))
     writer = RunWriter.create(config, num_clients=1, covers="the outputs")  # at 0 s
 
@@ -89,7 +89,7 @@ def test_curves_are_redrawn_once_their_interval_passed_and_always_at_the_end(tmp
     assert drawn == [3, 4]  # the end: every round
     writer.finish({"accuracy": 0.5}, assumptions_hold=True)
     assert drawn == [3, 4]  # nothing new: not drawn again
-    assert run_writer.CURVES_EVERY_S == 10.0  # README.md and docs/run-folder.md say 10 s
+    assert plots.CURVES_EVERY_S == 10.0  # README.md and docs/run-folder.md say 10 s
 
 
 def test_a_second_run_with_the_same_name_gets_its_own_folder(tmp_path) -> None:
