@@ -193,10 +193,13 @@ def flwr_datasets_split(labels: np.ndarray, num_clients: int, partitioner: str, 
     return parts, len(rejected)
 
 
-@pytest.mark.parametrize(("num_clients", "seed"), [(1, 0), (7, 1), (10, 42), (33, 0), (33, 1), (3000, 42)])
-def test_iid_is_flwr_datasets_split_draw_for_draw(labels: np.ndarray, num_clients: int, seed: int) -> None:
-    ours = partition_indices(labels, num_clients, "iid", seed=seed)
-    reference, _ = flwr_datasets_split(labels, num_clients, "iid", seed)
+@pytest.mark.parametrize(("examples", "num_clients", "seed"), [
+    (3000, 1, 0), (3000, 7, 1), (3000, 10, 42), (3000, 33, 0), (3000, 33, 1), (300, 300, 42),  # one example each
+])
+def test_iid_is_flwr_datasets_split_draw_for_draw(labels: np.ndarray, examples: int, num_clients: int,
+                                                  seed: int) -> None:
+    ours = partition_indices(labels[:examples], num_clients, "iid", seed=seed)
+    reference, _ = flwr_datasets_split(labels[:examples], num_clients, "iid", seed)
     assert len(ours) == len(reference) and all(np.array_equal(a, b) for a, b in zip(ours, reference))
 
 
@@ -212,6 +215,14 @@ def test_dirichlet_is_flwr_datasets_split_draw_for_draw(
     reference, rejected = flwr_datasets_split(labels, num_clients, "dirichlet", seed, beta, min_partition_size)
     assert rejected == redraws  # the redraw path is the one under test where redraws > 0
     assert len(ours) == len(reference) and all(np.array_equal(a, b) for a, b in zip(ours, reference))
+
+
+def test_dirichlet_matches_flwr_datasets_where_a_class_is_absent(labels: np.ndarray) -> None:
+    """Classes are drawn for in sorted order of those present: a missing class shifts every later draw."""
+    present = labels[labels != 3]
+    ours = partition_indices(present, 5, "dirichlet", beta=0.5, seed=2)
+    reference, _ = flwr_datasets_split(present, 5, "dirichlet", 2)
+    assert all(np.array_equal(a, b) for a, b in zip(ours, reference, strict=True))
 
 
 def test_dirichlet_gives_up_where_flwr_datasets_does(labels: np.ndarray) -> None:
