@@ -4,10 +4,10 @@
 literature means by those names: `pathological` runs flwr-datasets' own (on a table of labels and example
 indices, whose index column is read back); `iid` and `dirichlet`, which every simulated client computes,
 are flwr-datasets 0.6.1's algorithms in numpy, draw for draw (tests/dirichlet_fl/test_partition.py checks
-them against flwr-datasets' own), because importing flwr-datasets and datasets costs each client process
-(a Ray actor, a SuperNode's ClientApp) about a second and a half of CPU. `natural` reads a site assignment
-from a CSV file. Every result assigns each training example to exactly one client, leaves no client empty
-and is fixed by the seed.
+them against flwr-datasets' own), because importing flwr-datasets (with datasets, pyarrow, pandas and its
+plotting: seaborn, matplotlib) costs each client process (a Ray actor, a SuperNode's ClientApp) more CPU
+than its whole split. `natural` reads a site assignment from a CSV file. Every result assigns each training
+example to exactly one client, leaves no client empty and is fixed by the seed.
 """
 
 from __future__ import annotations

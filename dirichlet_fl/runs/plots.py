@@ -168,11 +168,13 @@ class RunCurvesFile:
         """Whether rounds.csv holds a round that the picture does not show yet."""
 
     def round_written(self) -> None:
+        """A round's rows are on disk: redraw if CURVES_EVERY_S passed since the last drawing."""
         self.stale = True
         if time.monotonic() - self.drawn_at >= CURVES_EVERY_S:
             self.draw()
 
     def draw(self) -> None:
+        """Redraw from the folder's rows if a round came since the last drawing."""
         if self.stale:
             plot_runs([self.directory], self.directory / CURVES_FILE)
             self.drawn_at, self.stale = time.monotonic(), False
